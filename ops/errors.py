@@ -1,0 +1,9 @@
+"""Errors raised by the operators."""
+
+
+class InvalidArgument(ValueError):
+    """An argument breaks a rule of SPEC.md.
+
+    The message names the parameter, the rule and the offending value, e.g.
+    ``block_size must be >= 2, got 1``. Raised before any work is scheduled.
+    """

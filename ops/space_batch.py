@@ -1,0 +1,390 @@
+"""SpaceToBatch(ND) and BatchToSpaceND: the NumPy kernels and the Dask builders, side by side.
+
+Both operators pair a *space* array ``[B, s_1..s_M, rest...]`` with a *batch* array
+``[P*B, t_1..t_M, rest...]`` (``P = prod(block_shape)``): batch group ``g`` (block offsets
+``j``, ``g = ravel(j)``) holds the space rows ``r`` with ``r + offset = t*b + j`` on every
+spatial axis, where ``offset`` is the leading padding (SpaceToBatch) or leading crop
+(BatchToSpace). For one group that pairing is a strided slice on each side (``_group_views``),
+so each kernel is one ``copy_into`` per group; padding is never materialised (the batch side
+starts as zeros) and cropped rows are never read.
+
+Chunk plans (DESIGN.md):
+- SpaceToBatchND: spatial chunks are aligned so that every interior boundary falls on a block
+  boundary of the padded array; each input block then is a complete SpaceToBatchND problem
+  with its own share of the padding, giving P output blocks (one per group, each holding the
+  input's batch chunks). Output rows that are pure padding are separate zero blocks that read
+  no input, chunked like the neighbouring data blocks.
+- BatchToSpaceND: batch chunks are aligned to the group size B so no chunk straddles two
+  groups; each output block interleaves the same block from each of the P groups. Crops only
+  trim edge blocks; input blocks that are cropped away entirely are not read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from ops import _chunks, _validate
+from ops._copy import copy_into
+from ops.errors import InvalidArgument
+from schemas import BatchToSpaceNDParams, SpaceToBatchNDParams, SpaceToBatchParams
+
+# ---------------------------------------------------------------------------------------------
+# NumPy kernels
+
+
+def _lattice(space_len: int, offset: int, b: int, j: int) -> tuple[slice, slice]:
+    """Slices pairing space rows r with batch-side rows t where r + offset == t*b + j."""
+    first = (j - offset) % b
+    count = max(0, -(-(space_len - first) // b))
+    t0 = (first + offset - j) // b
+    return slice(first, first + (count - 1) * b + 1 if count else first, b), slice(t0, t0 + count)
+
+
+def _group_views(space: np.ndarray, group: np.ndarray, block_shape, offsets, j):
+    """(space part, group part): equal-shape views pairing the elements of one offset group."""
+    space_index, group_index = [slice(None)], [slice(None)]
+    for axis, (b, offset, jj) in enumerate(zip(block_shape, offsets, j), start=1):
+        s, t = _lattice(space.shape[axis], offset, b, jj)
+        space_index.append(s)
+        group_index.append(t)
+    return space[tuple(space_index)], group[tuple(group_index)]
+
+
+def _batch_shape(shape, block_shape, paddings) -> tuple[int, ...]:
+    m = len(block_shape)
+    spatial = [
+        (shape[1 + i] + paddings[i][0] + paddings[i][1]) // block_shape[i] for i in range(m)
+    ]
+    return (shape[0] * math.prod(block_shape), *spatial, *shape[1 + m :])
+
+
+def _space_shape(shape, block_shape, crops) -> tuple[int, ...]:
+    m = len(block_shape)
+    spatial = [shape[1 + i] * block_shape[i] - crops[i][0] - crops[i][1] for i in range(m)]
+    return (shape[0] // math.prod(block_shape), *spatial, *shape[1 + m :])
+
+
+def space_to_batch_nd_kernel(x: np.ndarray, block_shape, paddings) -> np.ndarray:
+    """SpaceToBatchND of one NumPy array (a whole input or one Dask block)."""
+    y = np.zeros(_batch_shape(x.shape, block_shape, paddings), x.dtype)
+    batch = x.shape[0]
+    before = [p[0] for p in paddings]
+    for g, j in enumerate(np.ndindex(*block_shape)):
+        space_part, group_part = _group_views(x, y[g * batch : (g + 1) * batch], block_shape, before, j)
+        copy_into(group_part, space_part)
+    return y
+
+
+def batch_to_space_nd_kernel(groups: list[np.ndarray], block_shape, crops) -> np.ndarray:
+    """BatchToSpaceND from its P batch groups (of a whole input, or one block of each group)."""
+    first = groups[0]
+    shape = _space_shape((first.shape[0] * len(groups), *first.shape[1:]), block_shape, crops)
+    y = np.empty(shape, first.dtype)
+    before = [c[0] for c in crops]
+    for group, j in zip(groups, np.ndindex(*block_shape)):
+        space_part, group_part = _group_views(y, group, block_shape, before, j)
+        copy_into(space_part, group_part)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _validate_block_and_pairs(x, block_shape, pairs, pairs_name: str, model):
+    x = _validate.array("x", x)
+    shape, flat = _validate.integers("block_shape", block_shape)
+    if len(shape) != 1:
+        raise InvalidArgument(f"block_shape must be 1-D [M], got shape {list(shape)}")
+    m = len(flat)
+    rows = _validate.pairs(pairs_name, pairs, m) if m else []
+    p = _validate.params(model, block_shape=flat, **{pairs_name: rows})
+    if not 1 <= m < x.ndim or x.ndim > 8:
+        raise InvalidArgument(
+            f"x must have rank M+1..8 for block_shape of length M = {m}, "
+            f"got rank {x.ndim} (shape {list(x.shape)})"
+        )
+    return x, p
+
+
+def _validate_space_to_batch_nd(x, block_shape, paddings):
+    x, p = _validate_block_and_pairs(x, block_shape, paddings, "paddings", SpaceToBatchNDParams)
+    for i, (b, (lo, hi)) in enumerate(zip(p.block_shape, p.paddings)):
+        padded = x.shape[1 + i] + lo + hi
+        if padded % b:
+            raise InvalidArgument(
+                f"padded size of spatial dim {i} (x.shape[{1 + i}] + paddings[{i}] = "
+                f"{x.shape[1 + i]} + {lo} + {hi} = {padded}) must be divisible by "
+                f"block_shape[{i}] = {b}"
+            )
+    _validate.output_shape(_batch_shape(x.shape, p.block_shape, p.paddings), x.dtype.itemsize)
+    return x, p
+
+
+def _validate_batch_to_space_nd(x, block_shape, crops):
+    x, p = _validate_block_and_pairs(x, block_shape, crops, "crops", BatchToSpaceNDParams)
+    groups = math.prod(p.block_shape)
+    if x.shape[0] % groups:
+        raise InvalidArgument(
+            f"batch size x.shape[0] = {x.shape[0]} must be divisible by prod(block_shape) = {groups}"
+        )
+    for i, (b, (lo, hi)) in enumerate(zip(p.block_shape, p.crops)):
+        full = x.shape[1 + i] * b
+        if lo + hi > full:
+            raise InvalidArgument(
+                f"crops[{i}] = [{lo}, {hi}] removes more than spatial dim {i} holds "
+                f"(x.shape[{1 + i}] * block_shape[{i}] = {full})"
+            )
+    _validate.output_shape(_space_shape(x.shape, p.block_shape, p.crops), x.dtype.itemsize)
+    return x, p
+
+
+# ---------------------------------------------------------------------------------------------
+# Chunk plans (pure functions)
+
+
+def _core_paddings(length: int, b: int, before: int) -> tuple[int, int]:
+    """The padding that stays inside data blocks; the rest becomes whole zero rows."""
+    lo = before % b
+    return lo, (-(length + lo)) % b
+
+
+def space_to_batch_nd_chunks(chunks, block_shape, paddings):
+    """Plan: (aligned input chunks, output chunks of the data part, zero rows (before, after) per axis).
+
+    The full output's spatial chunks are ``regular(before) + data + regular(after)``, with the
+    zero runs cut like the data chunks (see ``_zero_run``).
+    """
+    chunks = [tuple(c) for c in chunks]
+    groups = math.prod(block_shape)
+    out = list(chunks)
+    out[0] = tuple(chunks[0]) * groups
+    zero_rows = []
+    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
+        axis = 1 + i
+        length = sum(chunks[axis])
+        lo, hi = _core_paddings(length, b, before)
+        aligned = _chunks.align(chunks[axis], b, lo)
+        chunks[axis] = aligned
+        data = [c for c in aligned]
+        data[0] += lo
+        data[-1] += hi
+        out[axis] = tuple(c // b for c in data) if length or lo else (0,)
+        total = (length + before + after) // b
+        zero_before = before // b
+        zero_rows.append((zero_before, total - zero_before - sum(out[axis])))
+    return tuple(chunks), tuple(out), tuple(zero_rows)
+
+
+def _zero_run(rows: int, data_chunks: tuple[int, ...]) -> tuple[int, ...]:
+    return _chunks.regular(rows, max(data_chunks))
+
+
+def batch_to_space_nd_chunks(chunks, block_shape, crops):
+    """Plan: (aligned input chunks, kept input chunk range per spatial axis, output chunks).
+
+    The batch axis is cut into equal groups; on each spatial axis the input chunks whose rows
+    are cropped away entirely are dropped (``kept[i] = (first, stop)`` chunk indices).
+    """
+    chunks = [tuple(c) for c in chunks]
+    groups = math.prod(block_shape)
+    batch = sum(chunks[0]) // groups
+    chunks[0] = _chunks.groups(chunks[0], batch, groups)
+    out = list(chunks)
+    out[0] = chunks[0][: len(chunks[0]) // groups] if groups and batch else (0,)
+    kept = []
+    for i, (b, (lo, hi)) in enumerate(zip(block_shape, crops)):
+        axis = 1 + i
+        bounds = _chunks.boundaries(chunks[axis])
+        length = bounds[-1] * b - lo - hi
+        sizes = [
+            max(0, min(stop * b, lo + length) - max(start * b, lo))
+            for start, stop in zip(bounds, bounds[1:])
+        ]
+        live = [k for k, n in enumerate(sizes) if n > 0]
+        if not live:
+            kept.append((0, 0))
+            out[axis] = (0,)
+            continue
+        kept.append((live[0], live[-1] + 1))
+        out[axis] = tuple(sizes[live[0] : live[-1] + 1])
+    return tuple(chunks), tuple(kept), tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dask builders
+
+
+def _meta(x) -> np.ndarray:
+    return np.empty((0,) * x.ndim, x.dtype)
+
+
+def _empty(shape, dtype) -> da.Array:
+    """A lazy empty result: one (empty) chunk per axis, whatever the sizes of the other axes."""
+    return da.zeros(shape, dtype=dtype, chunks=tuple((n,) for n in shape))
+
+
+def _space_to_batch_block(block, block_shape, core_paddings, numblocks, block_id=None):
+    """Kernel of one input block: its share of the padding is the core padding at the edges."""
+    local = [
+        (lo if block_id[1 + i] == 0 else 0, hi if block_id[1 + i] == numblocks[1 + i] - 1 else 0)
+        for i, (lo, hi) in enumerate(core_paddings)
+    ]
+    return space_to_batch_nd_kernel(block, block_shape, local)
+
+
+def _group_rows(block, groups: int, g: int):
+    rows = block.shape[0] // groups
+    return block[g * rows : (g + 1) * rows]
+
+
+def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
+    in_chunks, out_chunks, zero_rows = space_to_batch_nd_chunks(x.chunks, block_shape, paddings)
+    if in_chunks != x.chunks:
+        x = x.rechunk(in_chunks)
+    groups = math.prod(block_shape)
+    core = [
+        _core_paddings(x.shape[1 + i], b, before)
+        for i, (b, (before, _)) in enumerate(zip(block_shape, paddings))
+    ]
+    token = tokenize(x, block_shape, paddings)
+    # One task per input block computes all P groups at once (one pass over the block) ...
+    all_groups = x.map_blocks(
+        _space_to_batch_block, block_shape, core, x.numblocks,
+        chunks=(tuple(c * groups for c in x.chunks[0]), *out_chunks[1:]),
+        dtype=x.dtype, meta=_meta(x), name=f"space_to_batch_nd-all-{token}",
+    )
+    # ... and output block (g, k, ...) is group g's rows of block k: a view, no copy.
+    name = f"space_to_batch_nd-{token}"
+    batch_blocks = x.numblocks[0]
+    layer = {
+        (name, g * batch_blocks + key[1], *key[2:]): (_group_rows, key, groups, g)
+        for g in range(groups)
+        for key in _keys(all_groups)
+    }
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[all_groups])
+    y = da.Array(graph, name, chunks=out_chunks, meta=_meta(x))
+    for i, (before, after) in enumerate(zero_rows):
+        y = _pad_with_zero_blocks(y, 1 + i, before, after)
+    return y
+
+
+def _keys(array: da.Array):
+    """Every block key of ``array``, in block order."""
+    return [(array.name, *index) for index in np.ndindex(*array.numblocks)]
+
+
+def _pad_with_zero_blocks(y: da.Array, axis: int, before: int, after: int) -> da.Array:
+    """Whole rows of padding as zero blocks that read nothing, chunked like their neighbours."""
+    pieces = [y]
+    for rows, at_start in ((before, True), (after, False)):
+        if rows:
+            chunks = list(y.chunks)
+            chunks[axis] = _zero_run(rows, y.chunks[axis])
+            zeros = da.zeros(tuple(map(sum, chunks)), dtype=y.dtype, chunks=tuple(chunks))
+            pieces.insert(0 if at_start else len(pieces), zeros)
+    return da.concatenate(pieces, axis=axis) if len(pieces) > 1 else y
+
+
+def _batch_to_space_block(blocks, block_shape, crops):
+    return batch_to_space_nd_kernel(blocks, block_shape, crops)
+
+
+def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, int]]:
+    """(crop before, crop after) of each kept input chunk of one spatial axis."""
+    bounds = _chunks.boundaries(chunks)
+    result = []
+    for k in range(*kept):
+        start, stop = bounds[k] * b, bounds[k + 1] * b
+        result.append((max(0, lo - start), max(0, stop - (lo + length))))
+    return result
+
+
+def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.Array:
+    in_chunks, kept, out_chunks = batch_to_space_nd_chunks(x.chunks, block_shape, crops)
+    if in_chunks != x.chunks:
+        x = x.rechunk(in_chunks)
+    m = len(block_shape)
+    groups = math.prod(block_shape)
+    batch_blocks = x.numblocks[0] // groups
+    local_crops = [
+        _local_crops(x.chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
+        for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))
+    ]
+    name = f"batch_to_space_nd-{tokenize(x, block_shape, crops)}"
+    layer = {}
+    for index in np.ndindex(*map(len, out_chunks)):
+        # Spatial block k of the output is input chunk kept[i][0] + k of every group.
+        source = [index[1 + i] + kept[i][0] for i in range(m)]
+        blocks = [
+            (x.name, g * batch_blocks + index[0], *source, *index[1 + m :]) for g in range(groups)
+        ]
+        block_crops = [local_crops[i][index[1 + i]] for i in range(m)]
+        layer[(name, *index)] = (_batch_to_space_block, blocks, list(block_shape), block_crops)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    return da.Array(graph, name, chunks=out_chunks, meta=_meta(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# Public functions
+
+
+def space_to_batch_nd(x, block_shape, paddings):
+    """Zero-pad the spatial dims and move ``block_shape`` blocks into the batch (TensorFlow).
+
+    ``x`` is ``[B, s_1..s_M, rest...]``, ``block_shape`` ``[M]`` (entries >= 1), ``paddings``
+    ``[M, 2]`` (entries >= 0) with ``(s_i + p_i0 + p_i1) % b_i == 0``. Output batch index
+    ``((j_0*b_1 + j_1)*... + j_{M-1})*B + b``. Dask inputs give a lazy array in which every
+    output block comes from one input block; padding costs no input reads.
+    """
+    x, p = _validate_space_to_batch_nd(x, block_shape, paddings)
+    out_shape = _batch_shape(x.shape, p.block_shape, p.paddings)
+    if 0 in out_shape:  # nothing to move, however many block offsets there are
+        return _empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
+    if isinstance(x, da.Array):
+        return _build_space_to_batch_nd(x, p.block_shape, p.paddings)
+    return space_to_batch_nd_kernel(x, p.block_shape, p.paddings)
+
+
+def space_to_batch(x, block_size, paddings):
+    """The seed operator: 4-D NHWC ``x``, square ``block_size`` (>= 1), ``paddings`` of 4
+    elements given as shape [2, 2], [4] or [1, 4] (``[pad_top, pad_bottom, pad_left,
+    pad_right]``). Equals ``space_to_batch_nd(x, [bs, bs], paddings.reshape(2, 2))``.
+    """
+    x = _validate.array("x", x)
+    _validate.rank("x", x, "4 (NHWC)", x.ndim == 4)
+    shape, flat = _validate.integers("paddings", paddings)
+    if shape not in ((2, 2), (4,), (1, 4)):
+        raise InvalidArgument(
+            f"paddings must have 4 elements as shape [2, 2], [4] or [1, 4], got shape {list(shape)}"
+        )
+    pairs = ((flat[0], flat[1]), (flat[2], flat[3]))
+    p = _validate.params(
+        SpaceToBatchParams, block_size=_validate.integer("block_size", block_size), paddings=pairs
+    )
+    return space_to_batch_nd(x, [p.block_size] * 2, [list(pair) for pair in p.paddings])
+
+
+def batch_to_space_nd(x, block_shape, crops):
+    """Move batch groups back into spatial blocks and crop (TensorFlow BatchToSpaceND).
+
+    The inverse of ``space_to_batch_nd``: ``x`` has rank 2..8, ``block_shape`` ``[M]`` with
+    ``1 <= M < rank``, ``crops`` ``[M, 2]`` (entries >= 0, never more than the dim holds).
+    Dask inputs give a lazy array whose blocks each interleave one block of every group.
+    """
+    x, p = _validate_batch_to_space_nd(x, block_shape, crops)
+    out_shape = _space_shape(x.shape, p.block_shape, p.crops)
+    if 0 in out_shape:  # nothing to move, however many block offsets there are
+        return _empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
+    if isinstance(x, da.Array):
+        return _build_batch_to_space_nd(x, p.block_shape, p.crops, out_shape)
+    groups = math.prod(p.block_shape)
+    batch = x.shape[0] // groups
+    return batch_to_space_nd_kernel(
+        [x[g * batch : (g + 1) * batch] for g in range(groups)], p.block_shape, p.crops
+    )

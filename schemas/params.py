@@ -1,0 +1,89 @@
+"""Operator parameter models (SPEC.md): ranges and enums, nothing that needs the input's shape.
+
+Integers are strict (no bools, floats or numeric strings) and bounded to int64, since the
+reference operators take int32/int64 tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+INT64_MAX = 2**63 - 1
+# The largest block size whose square still fits in int64 (DepthToSpace divides C by it).
+MAX_SQUARE_ROOT_INT64 = math.isqrt(INT64_MAX)
+
+DataFormat = Literal["NHWC", "NCHW", "NCHW_VECT_C"]
+DepthToSpaceMode = Literal["DCR", "CRD"]
+
+NonNegative = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
+BlockEntry = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]
+# block_shape has 1 <= M < rank <= 8 entries.
+BlockShape = Annotated[list[BlockEntry], Field(min_length=1, max_length=7)]
+PairList = Annotated[list[tuple[NonNegative, NonNegative]], Field(min_length=1, max_length=7)]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DepthToSpaceParams(_Params):
+    """DepthToSpace: moves ``block_size**2`` channel groups into spatial blocks."""
+
+    block_size: Annotated[StrictInt, Field(ge=2, le=MAX_SQUARE_ROOT_INT64)]
+    data_format: DataFormat = "NHWC"
+    mode: DepthToSpaceMode = "DCR"
+
+
+class SpaceToDepthParams(DepthToSpaceParams):
+    """SpaceToDepth: the exact inverse of DepthToSpace with the same parameters."""
+
+
+def _check_block_product(block_shape: list[int]) -> None:
+    if math.prod(block_shape) > INT64_MAX:
+        raise ValueError(
+            f"block_shape product must fit in int64, got {math.prod(block_shape)} for {block_shape}"
+        )
+
+
+class SpaceToBatchParams(_Params):
+    """SpaceToBatch (the seed operator): 4-D NHWC, square blocks, zero padding."""
+
+    block_size: BlockEntry
+    paddings: tuple[tuple[NonNegative, NonNegative], tuple[NonNegative, NonNegative]]
+
+
+class SpaceToBatchNDParams(_Params):
+    """SpaceToBatchND (TensorFlow): M spatial dims, zero padding."""
+
+    block_shape: BlockShape
+    paddings: PairList
+
+    @model_validator(mode="after")
+    def _rows_match(self):
+        if len(self.paddings) != len(self.block_shape):
+            raise ValueError(
+                f"paddings must have one [before, after] row per block_shape entry "
+                f"({len(self.block_shape)}), got {len(self.paddings)} rows"
+            )
+        _check_block_product(self.block_shape)
+        return self
+
+
+class BatchToSpaceNDParams(_Params):
+    """BatchToSpaceND (TensorFlow): the inverse of SpaceToBatchND, with crops."""
+
+    block_shape: BlockShape
+    crops: PairList
+
+    @model_validator(mode="after")
+    def _rows_match(self):
+        if len(self.crops) != len(self.block_shape):
+            raise ValueError(
+                f"crops must have one [start, end] row per block_shape entry "
+                f"({len(self.block_shape)}), got {len(self.crops)} rows"
+            )
+        _check_block_product(self.block_shape)
+        return self
