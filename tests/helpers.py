@@ -1,0 +1,60 @@
+"""Test helpers: random arrays of every supported dtype, random chunkings, exact comparison."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+from hypothesis import strategies as st
+
+from ops import dtypes
+
+ALL_DTYPES = dtypes.SUPPORTED
+
+
+def random_array(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Random bit patterns (NaN payloads, negative zeros, subnormals included); bools are 0/1."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    count = int(np.prod(shape))
+    raw = rng.integers(0, 256, size=count * dtype.itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def assert_same(actual, expected) -> None:
+    """Same shape, same dtype, same bytes."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert np.ascontiguousarray(actual).tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def compute(array: da.Array) -> np.ndarray:
+    """Compute a Dask result, checking that every block has the chunk shape the graph promised."""
+    blocks = dask.compute(*[array.blocks[index] for index in np.ndindex(*array.numblocks)],
+                          scheduler="sync")
+    for index, block in zip(np.ndindex(*array.numblocks), blocks):
+        expected = tuple(array.chunks[axis][k] for axis, k in enumerate(index))
+        assert block.shape == expected, (index, block.shape, expected)
+        assert block.dtype == array.dtype
+    return array.compute(scheduler="sync")
+
+
+@st.composite
+def chunking(draw, length: int) -> tuple[int, ...]:
+    """A random chunking of an axis of ``length``."""
+    if length == 0:
+        return (0,)
+    cuts = draw(st.sets(st.integers(1, length - 1), max_size=min(length - 1, 4))) if length > 1 else set()
+    points = [0, *sorted(cuts), length]
+    return tuple(b - a for a, b in zip(points, points[1:]))
+
+
+@st.composite
+def chunkings(draw, shape) -> tuple[tuple[int, ...], ...]:
+    return tuple(draw(chunking(n)) for n in shape)
+
+
+dtype_strategy = st.sampled_from(ALL_DTYPES)

@@ -1,0 +1,185 @@
+"""SpaceToBatch(ND) / BatchToSpaceND against the seed's 4-D formula, the literal SPEC
+formulas, and as Dask graphs against the NumPy path."""
+
+from __future__ import annotations
+
+import math
+
+import dask.array as da
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ops
+from tests.helpers import ALL_DTYPES, assert_same, chunkings, compute, dtype_strategy, random_array
+from tests.ops import reference
+
+
+def test_seed_example_shape():
+    # The seed's sample: int32 output of shape [4, 2, 2, 2].
+    x = np.arange(1 * 4 * 4 * 2, dtype=np.int32).reshape(1, 4, 4, 2)
+    y = ops.space_to_batch(x, 2, np.array([[0, 0], [0, 0]], np.int32))
+    assert y.shape == (4, 2, 2, 2)
+    # n_out = n + (bh*bs + bw)*N: group (bh, bw) = (0, 1) holds x[0, 0::2, 1::2].
+    assert_same(y[1], x[0, 0::2, 1::2])
+
+
+def test_tensorflow_doc_examples():
+    # tf.space_to_batch_nd documentation, examples (1) and (4).
+    x = np.array([[[[1], [2]], [[3], [4]]]])
+    assert ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]]).reshape(-1).tolist() == [1, 2, 3, 4]
+    x = np.arange(1, 17).reshape(2, 2, 4, 1)
+    y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [2, 0]])
+    expected = [[0, 1, 3], [0, 9, 11], [0, 2, 4], [0, 10, 12],
+                [0, 5, 7], [0, 13, 15], [0, 6, 8], [0, 14, 16]]
+    assert y.shape == (8, 1, 3, 1)
+    assert y[:, 0, :, 0].tolist() == expected
+    # tf.batch_to_space documentation, example (4): the inverse.
+    assert_same(ops.batch_to_space_nd(y, [2, 2], [[0, 0], [2, 0]]), x)
+
+
+@pytest.mark.parametrize("paddings", [[[0, 0], [1, 0]], [[1, 1], [0, 1]], [0, 2, 1, 0], [[3, 1, 0, 1]]])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_space_to_batch_seed_formula_every_dtype(dtype, paddings):
+    x = random_array(np.random.default_rng(5), (2, 4, 3, 3), dtype)
+    expected = reference.space_to_batch(x, 2, paddings)
+    assert_same(ops.space_to_batch(x, 2, paddings), expected)
+    assert_same(ops.space_to_batch(x, 2, np.array(paddings, np.int64)), expected)
+    assert_same(compute(ops.space_to_batch(da.from_array(x, chunks=(1, 3, 2, 2)), 2, paddings)), expected)
+
+
+def test_space_to_batch_equals_nd_form():
+    x = random_array(np.random.default_rng(2), (3, 5, 7, 2), np.float32)
+    p = np.array([1, 0, 3, 2])
+    assert_same(ops.space_to_batch(x, 3, p), ops.space_to_batch_nd(x, [3, 3], p.reshape(2, 2)))
+
+
+def test_block_size_one_is_identity_plus_padding():
+    x = random_array(np.random.default_rng(2), (2, 2, 2, 1), np.int8)
+    assert_same(ops.space_to_batch(x, 1, [0, 0, 0, 0]), x)
+    assert ops.space_to_batch(x, 1, [1, 0, 0, 1]).shape == (2, 3, 3, 1)
+
+
+def test_batch_to_space_tensorflow_doc_example():
+    # tf.batch_to_space docs: [4, 1, 1, 3] -> [1, 2, 2, 3]
+    x = np.array([[[[1, 2, 3]]], [[[4, 5, 6]]], [[[7, 8, 9]]], [[[10, 11, 12]]]])
+    y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    assert y.tolist() == [[[[1, 2, 3], [4, 5, 6]], [[7, 8, 9], [10, 11, 12]]]]
+    # [8, 1, 3, 1] with crops [[0, 0], [2, 0]] -> [2, 2, 4, 1]
+    x = np.arange(1, 25).reshape(8, 1, 3, 1)
+    y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [2, 0]])
+    assert y.shape == (2, 2, 4, 1)
+    assert_same(y, reference.batch_to_space_nd(x, [2, 2], [[0, 0], [2, 0]]))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_nd_formulas_every_dtype(dtype):
+    rng = np.random.default_rng(11)
+    x = random_array(rng, (2, 3, 4, 5, 2), dtype)
+    block, pads = [2, 3, 1], [[1, 0], [0, 2], [0, 0]]
+    y = ops.space_to_batch_nd(x, block, pads)
+    assert_same(y, reference.space_to_batch_nd(x, block, pads))
+    assert_same(ops.batch_to_space_nd(y, block, pads), x)
+    crops = [[1, 2], [0, 4], [0, 0]]
+    z = random_array(rng, (12, 3, 2, 5, 2), dtype)
+    assert_same(ops.batch_to_space_nd(z, block, crops), reference.batch_to_space_nd(z, block, crops))
+
+
+def test_rank_eight_and_one_spatial_dim():
+    rng = np.random.default_rng(4)
+    x = random_array(rng, (2, 4, 1, 2, 1, 2, 1, 3), np.uint16)
+    block, pads = [2, 1, 2, 1, 1, 1, 3], [[0, 0]] * 7
+    y = ops.space_to_batch_nd(x, block, pads)
+    assert_same(y, reference.space_to_batch_nd(x, block, pads))
+    assert_same(ops.batch_to_space_nd(y, block, pads), x)
+    x = random_array(rng, (3, 5), np.complex128)
+    assert_same(ops.space_to_batch_nd(x, [5], [[0, 0]]), reference.space_to_batch_nd(x, [5], [[0, 0]]))
+
+
+def test_large_paddings_and_crops():
+    rng = np.random.default_rng(8)
+    x = random_array(rng, (1, 2, 3, 1), np.float32)
+    pads = [[7, 5], [10, 3]]  # whole blocks of padding on both sides
+    y = ops.space_to_batch_nd(x, [2, 4], pads)
+    assert_same(y, reference.space_to_batch_nd(x, [2, 4], pads))
+    lazy = ops.space_to_batch_nd(da.from_array(x, chunks=1), [2, 4], pads)
+    assert_same(compute(lazy), y)
+    crops = [[5, 4], [2, 9]]  # crops reaching past whole input blocks
+    z = random_array(rng, (8, 6, 5, 1), np.float32)
+    expected = reference.batch_to_space_nd(z, [2, 4], crops)
+    assert_same(ops.batch_to_space_nd(z, [2, 4], crops), expected)
+    assert_same(compute(ops.batch_to_space_nd(da.from_array(z, chunks=(3, 1, 1, 1)), [2, 4], crops)), expected)
+
+
+def test_empty_tensors():
+    x = np.zeros((0, 4, 4, 3), np.float32)
+    assert ops.space_to_batch(x, 2, [0, 0, 0, 0]).shape == (0, 2, 2, 3)
+    assert ops.batch_to_space_nd(np.zeros((8, 0, 2, 1)), [2, 4], [[0, 0], [1, 1]]).shape == (1, 0, 6, 1)
+    x = np.zeros((2, 0, 3), np.int8)
+    y = ops.space_to_batch_nd(x, [2], [[1, 1]])
+    assert_same(y, np.zeros((4, 1, 3), np.int8))
+    assert_same(compute(ops.space_to_batch_nd(da.from_array(x), [2], [[1, 1]])), y)
+    # A huge number of block offsets with nothing to move must not loop over them.
+    huge = ops.space_to_batch_nd(np.zeros((0, 1, 1), np.uint8), [2**40], [[0, 2**40 - 1]])
+    assert huge.shape == (0, 1, 1)
+    lazy = ops.batch_to_space_nd(da.zeros((0, 1, 5), dtype=np.uint8), [2**40], [[0, 0]])
+    assert lazy.shape == (0, 2**40, 5) and lazy.npartitions == 1
+
+
+# --- Dask == NumPy byte for byte, and round trips, over random shapes/dtypes/chunkings -----------
+
+
+@st.composite
+def space_cases(draw):
+    m = draw(st.integers(1, 3))
+    rest = draw(st.lists(st.integers(0, 2), max_size=6 - m))
+    block = draw(st.lists(st.integers(1, 3), min_size=m, max_size=m))
+    spatial, pads = [], []
+    for b in block:
+        s = draw(st.integers(0, 5))
+        lo = draw(st.integers(0, 4))
+        hi = draw(st.integers(0, 3))
+        hi += (-(s + lo + hi)) % b
+        spatial.append(s)
+        pads.append([lo, hi])
+    shape = (draw(st.integers(0, 3)), *spatial, *rest)
+    dtype = draw(dtype_strategy)
+    x = random_array(np.random.default_rng(draw(st.integers(0, 2**32 - 1))), shape, dtype)
+    return x, block, pads, draw(chunkings(shape))
+
+
+@given(space_cases())
+def test_space_to_batch_nd_dask_equals_numpy(case):
+    x, block, pads, chunks = case
+    expected = ops.space_to_batch_nd(x, block, pads)
+    assert_same(expected, reference.space_to_batch_nd(x, block, pads))
+    lazy = ops.space_to_batch_nd(da.from_array(x, chunks=chunks), block, pads)
+    assert_same(compute(lazy), expected)
+    # batch_to_space_nd(space_to_batch_nd(x, b, p), b, p) == x, eagerly and lazily.
+    assert_same(ops.batch_to_space_nd(expected, block, pads), x)
+    assert_same(compute(ops.batch_to_space_nd(lazy, block, pads)), x)
+
+
+@st.composite
+def batch_cases(draw):
+    m = draw(st.integers(1, 3))
+    rest = draw(st.lists(st.integers(0, 2), max_size=6 - m))
+    block = draw(st.lists(st.integers(1, 3), min_size=m, max_size=m))
+    spatial = [draw(st.integers(0, 4)) for _ in block]
+    crops = []
+    for b, s in zip(block, spatial):
+        lo = draw(st.integers(0, s * b))
+        crops.append([lo, draw(st.integers(0, s * b - lo))])
+    shape = (math.prod(block) * draw(st.integers(0, 3)), *spatial, *rest)
+    dtype = draw(dtype_strategy)
+    x = random_array(np.random.default_rng(draw(st.integers(0, 2**32 - 1))), shape, dtype)
+    return x, block, crops, draw(chunkings(shape))
+
+
+@given(batch_cases())
+def test_batch_to_space_nd_dask_equals_numpy(case):
+    x, block, crops, chunks = case
+    expected = ops.batch_to_space_nd(x, block, crops)
+    assert_same(expected, reference.batch_to_space_nd(x, block, crops))
+    assert_same(compute(ops.batch_to_space_nd(da.from_array(x, chunks=chunks), block, crops)), expected)
