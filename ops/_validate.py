@@ -43,6 +43,8 @@ def integers(param: str, value) -> tuple[tuple[int, ...], list[int]]:
     except ValueError as error:  # ragged nesting
         raise InvalidArgument(f"{param} must be a rectangular array of integers: {error}") from None
     for position, item in np.ndenumerate(array):
+        if isinstance(item, (list, tuple, np.ndarray)):
+            raise InvalidArgument(f"{param} must be a rectangular array of integers, got {value!r}")
         if not _is_integer(item):
             where = f"{param}[{', '.join(map(str, position))}]" if position else param
             raise InvalidArgument(
@@ -87,8 +89,10 @@ def _message(error: dict) -> str:
         return f"{where} must be one of {ctx['expected']}, got {value!r}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"{where} must be an integer, got {type(value).__name__} {value!r}"
-    if kind in ("too_short", "too_long"):
-        return f"{where} must have {ctx.get('min_length')}..{ctx.get('max_length')} entries, got {ctx.get('actual_length')}"
+    if kind == "too_short":
+        return f"{where} must have at least {ctx['min_length']} entries, got {ctx['actual_length']}"
+    if kind == "too_long":
+        return f"{where} must have at most {ctx['max_length']} entries, got {ctx['actual_length']}"
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
     return f"{where}: {error['msg']}, got {value!r}"

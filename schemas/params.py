@@ -51,7 +51,7 @@ def _check_block_product(block_shape: list[int]) -> None:
 class SpaceToBatchParams(_Params):
     """SpaceToBatch (the seed operator): 4-D NHWC, square blocks, zero padding."""
 
-    block_size: BlockEntry
+    block_size: Annotated[StrictInt, Field(ge=1, le=MAX_SQUARE_ROOT_INT64)]
     paddings: tuple[tuple[NonNegative, NonNegative], tuple[NonNegative, NonNegative]]
 
 

@@ -1,0 +1,218 @@
+"""The chunk plans as pure functions, and the shape of the Dask graphs they produce:
+which input blocks each output block reads, and that graphs grow linearly with blocks."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask.core import get_dependencies
+
+import ops
+from ops import _chunks
+from ops.depth_space import depth_to_space_chunks, space_to_depth_chunks
+from ops.space_batch import batch_to_space_nd_chunks, space_to_batch_nd_chunks
+
+# --- pure plan functions --------------------------------------------------------------------
+
+
+def test_align_keeps_aligned_chunks():
+    assert _chunks.align((4, 4, 2), 2) == (4, 4, 2)
+    assert _chunks.align((3, 3, 3), 1) == (3, 3, 3)
+
+
+def test_align_moves_boundaries_to_the_nearest_multiple():
+    assert _chunks.align((3, 3, 3, 3), 2) == (4, 2, 4, 2)  # 3->4, 6 stays, 9->10
+    assert _chunks.align((5, 5), 4) == (4, 6)  # 5 is nearer 4 than 8
+    assert _chunks.align((1, 1, 1, 1, 1, 1), 3) == (3, 3)  # boundaries that collide merge
+    assert _chunks.align((1, 7), 4) == (8,)  # 1 rounds down to 0: one chunk
+    # With an offset the allowed boundaries are q with (q + offset) % multiple == 0.
+    assert _chunks.align((4, 4, 4), 4, offset=1) == (3, 4, 5)
+    assert _chunks.align((0,), 3) == (0,)
+
+
+def test_groups_cut_each_group_alike():
+    assert _chunks.groups((2, 2, 2, 2), 4, 2) == (2, 2, 2, 2)  # already aligned
+    assert _chunks.groups((8,), 2, 4) == (2, 2, 2, 2)
+    assert _chunks.groups((3, 3, 3, 3), 6, 2) == (3, 3, 3, 3)
+    assert _chunks.groups((5, 7), 6, 2) == (6, 6)
+    assert _chunks.groups((4, 8), 6, 2) == (6, 6)
+    assert _chunks.groups((2, 4, 6), 4, 3) == (4, 4, 4)
+
+
+def test_depth_to_space_plan():
+    chunks = ((1, 1), (2, 3), (4,), (4, 4))
+    assert depth_to_space_chunks(chunks, 2, "NHWC", "DCR") == (
+        ((1, 1), (2, 3), (4,), (8,)),
+        ((1, 1), (4, 6), (8,), (2,)),
+    )
+    # CRD only needs channel groups of bs*bs together: (4, 4) is already aligned.
+    assert depth_to_space_chunks(chunks, 2, "NHWC", "CRD")[1] == ((1, 1), (4, 6), (8,), (1, 1))
+    nchw = ((2,), (3, 6), (5,), (1, 2))
+    assert depth_to_space_chunks(nchw, 3, "NCHW", "CRD") == (
+        ((2,), (9,), (5,), (1, 2)),
+        ((2,), (1,), (15,), (3, 6)),
+    )
+    vect = ((1,), (2, 2), (3,), (3,), (4,))
+    assert depth_to_space_chunks(vect, 2, "NCHW_VECT_C", "DCR")[1] == ((1,), (1,), (6,), (6,), (4,))
+
+
+def test_space_to_depth_plan():
+    chunks = ((1,), (3, 3), (5, 3), (2, 2))
+    # H: 3 -> 4; W: 5 is as near 4 as 6, and ties go up.
+    assert space_to_depth_chunks(chunks, 2, "NHWC", "DCR") == (
+        ((1,), (4, 2), (6, 2), (4,)),
+        ((1,), (2, 1), (3, 1), (16,)),
+    )
+    # CRD keeps the channel chunks: input channel c becomes output channels c*4 .. c*4+3.
+    assert space_to_depth_chunks(chunks, 2, "NHWC", "CRD")[1] == ((1,), (2, 1), (3, 1), (8, 8))
+
+
+def test_space_to_batch_nd_plan():
+    # s = 10 rows in chunks of 5, block 4, paddings (1, 1): core padding (1, 1), aligned
+    # boundaries q with (q + 1) % 4 == 0 -> 3 or 7; 5 moves to 3 (tie goes up: 5 is 2 from 3
+    # and 2 from 7 -> 7).
+    chunks, out, zero = space_to_batch_nd_chunks(((2,), (5, 5), (3,)), [4], [[1, 1]])
+    assert chunks == ((2,), (7, 3), (3,))
+    assert out == ((2, 2, 2, 2), (2, 1), (3,))
+    assert zero == ((0, 0),)
+    # Whole blocks of padding (9 before = 2 blocks + 1 row, 8 after) become zero rows.
+    chunks, out, zero = space_to_batch_nd_chunks(((1,), (6,)), [4], [[9, 9]])
+    assert chunks == ((1,), (6,))
+    assert out == ((1, 1, 1, 1), (2,))
+    assert zero == ((2, 2),)
+
+
+def test_batch_to_space_nd_plan():
+    # 2 groups of batch 3; spatial chunks (2, 2, 2) * block 2 = rows [0,4) [4,8) [8,12);
+    # crops (5, 4) keep rows [5, 8): the first chunk is dropped, the last one too.
+    chunks, kept, out = batch_to_space_nd_chunks(((6,), (2, 2, 2), (1,)), [2], [[5, 4]])
+    assert chunks == ((3, 3), (2, 2, 2), (1,))
+    assert kept == ((1, 2),)
+    assert out == ((3,), (3,), (1,))
+
+
+# --- graph shape ----------------------------------------------------------------------------
+
+
+def _source_blocks(y: da.Array, source_name: str) -> dict:
+    """For each output block key, the keys of array ``source_name`` it (transitively) reads."""
+    graph = dict(y.__dask_graph__())
+    memo: dict = {}
+
+    def walk(key):
+        if key in memo:
+            return memo[key]
+        found = set()
+        for dep in get_dependencies(graph, key):
+            if isinstance(dep, tuple) and dep[0] == source_name:
+                found.add(dep)
+            else:
+                found |= walk(dep)
+        memo[key] = found
+        return found
+
+    return {key: walk(key) for key in _flat_keys(y)}
+
+
+def _flat_keys(y):
+    keys = y.__dask_keys__()
+    while keys and isinstance(keys[0], list):
+        keys = [k for sub in keys for k in sub]
+    return keys
+
+
+def _task_count(y: da.Array) -> int:
+    return len(dict(y.__dask_graph__()))
+
+
+@pytest.mark.parametrize("op", ["depth_to_space", "space_to_depth"])
+@pytest.mark.parametrize("data_format,mode", [("NHWC", "DCR"), ("NCHW", "CRD"), ("NCHW_VECT_C", "DCR")])
+def test_depth_ops_read_one_block_each(op, data_format, mode):
+    shape = {"NHWC": (3, 8, 8, 16), "NCHW": (3, 16, 8, 8), "NCHW_VECT_C": (3, 4, 8, 8, 4)}[data_format]
+    chunks = {"NHWC": (1, 4, 2, 16), "NCHW": (1, 8, 4, 2), "NCHW_VECT_C": (1, 4, 4, 2, 4)}[data_format]
+    x = da.zeros(shape, chunks=chunks, dtype=np.float32)
+    y = getattr(ops, op)(x, 2, data_format=data_format, mode=mode)
+    reads = _source_blocks(y, x.name)
+    assert len(reads) == x.npartitions  # the input was already aligned: one output per input
+    assert all(len(blocks) == 1 for blocks in reads.values())
+    # Tasks: the input's own plus one per block.
+    assert _task_count(y) == 2 * x.npartitions
+
+
+def test_depth_to_space_rechunks_only_the_channel_axis():
+    x = da.zeros((2, 6, 6, 8), chunks=(1, 3, 2, 3), dtype=np.float32)
+    y = ops.depth_to_space(x, 2)
+    assert y.chunks == ((1, 1), (6, 6), (4, 4, 4), (2,))
+    x = da.zeros((2, 6, 6, 8), chunks=(1, 3, 3, 8), dtype=np.float32)
+    assert ops.space_to_depth(x, 2).chunks == ((1, 1), (2, 1), (2, 1), (32,))
+
+
+def test_space_to_batch_reads_one_block_per_output_block():
+    x = da.zeros((4, 8, 8, 3), chunks=(2, 4, 4, 3), dtype=np.int16)
+    y = ops.space_to_batch(x, 2, [0, 0, 0, 0])
+    reads = _source_blocks(y, x.name)
+    assert len(reads) == 4 * x.npartitions  # prod(block) output blocks per input block
+    assert all(len(blocks) == 1 for blocks in reads.values())
+    assert y.chunks == ((2, 2) * 4, (2, 2), (2, 2), (3,))
+
+
+def test_space_to_batch_padding_reads_nothing():
+    x = da.zeros((1, 4, 4, 1), chunks=2, dtype=np.int16)
+    y = ops.space_to_batch_nd(x, [2, 2], [[4, 2], [0, 0]])  # 2 whole zero rows before, 1 after
+    # Zero rows are chunked like the data rows (1 row each): H chunks 1+1 | 1+1 | 1.
+    assert y.chunks == ((1,) * 4, (1, 1, 1, 1, 1), (1, 1), (1,))
+    reads = _source_blocks(y, x.name)
+    zero_blocks = [k for k, blocks in reads.items() if not blocks]
+    assert len(zero_blocks) == 4 * 3 * 2  # (4 groups) x (3 zero chunks on H) x (2 W chunks)
+    assert all(len(blocks) <= 1 for blocks in reads.values())
+
+
+def test_batch_to_space_reads_one_block_from_each_group():
+    x = da.zeros((8, 4, 4, 2), chunks=(1, 2, 2, 2), dtype=np.float32)
+    y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    reads = _source_blocks(y, x.name)
+    assert len(reads) == y.npartitions == 2 * 2 * 2
+    for blocks in reads.values():
+        assert len(blocks) == 4
+        assert sorted(key[1] // 2 for key in blocks) == [0, 1, 2, 3]  # one per group
+
+
+def test_batch_to_space_does_not_read_cropped_blocks():
+    x = da.zeros((4, 6, 6, 1), chunks=(1, 2, 2, 1), dtype=np.float32)
+    y = ops.batch_to_space_nd(x, [2, 2], [[4, 4], [0, 0]])  # rows 0..3 and 8..11 cropped away
+    read = set().union(*_source_blocks(y, x.name).values())
+    assert {key[2] for key in read} == {1}  # only the middle H chunk
+    assert y.shape == (1, 4, 12, 1)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda x: ops.depth_to_space(x, 2),
+        lambda x: ops.space_to_depth(x, 2),
+        lambda x: ops.space_to_batch(x, 2, [0, 0, 2, 2]),
+        lambda x: ops.batch_to_space_nd(x, [2, 2], [[1, 1], [0, 2]]),
+    ],
+)
+def test_graphs_grow_linearly_with_blocks(build):
+    def tasks(n_chunks):
+        x = da.zeros((8, 8 * n_chunks, 8, 4), chunks=(2, 8, 4, 4), dtype=np.float32)
+        y = build(x)
+        graph = dict(y.__dask_graph__())
+        # No task reads a large share of the blocks.
+        assert max(len(get_dependencies(graph, k)) for k in graph) <= 4
+        return len(graph)
+
+    small, large = tasks(4), tasks(8)
+    assert large == 2 * small or abs(large - 2 * small) <= 2
+
+
+def test_building_is_lazy_and_quick_on_huge_arrays():
+    # A 4 TiB lazy input: the graph is built from chunk tuples only.
+    x = da.zeros((64, 4096, 4096, 256), chunks=(1, 1024, 1024, 256), dtype=np.float16)
+    with dask.config.set(scheduler="sync"):
+        y = ops.depth_to_space(x, 4)
+        assert y.shape == (64, 16384, 16384, 16)
+        assert y.npartitions == x.npartitions
