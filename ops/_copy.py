@@ -7,7 +7,8 @@ Why not ``np.copyto``: NumPy always iterates in the destination's memory order a
 inner loop once per contiguous run. For the permutations of DepthToSpace and friends that means
 strided reads plus a call per few hundred bytes, and measured on this project's machines it
 reaches half the memory-copy bandwidth. Reading the source in its own memory order, with a
-compiled loop that writes each contiguous run, gets close to ``memcpy`` (see bench/RESULTS.md).
+compiled loop that writes each contiguous run, gets close to ``memcpy`` on a ready buffer
+(see bench/RESULTS.md).
 
 Elements are moved as unsigned machine words of their byte size, so every fixed-size dtype
 (bool, bfloat16, complex32, ...) is copied exactly, NaN payloads included.
@@ -20,10 +21,9 @@ import math
 import numba
 import numpy as np
 
-# A run of at least this many bytes contiguous on both sides is long enough that plain source
-# order is best; shorter runs get the destination's next-contiguous axis moved inwards so that
-# each inner tile fills whole cache lines on both sides.
-_LONG_RUN_BYTES = 256
+# Runs (bytes contiguous on both sides) shorter than this are too short to stream well in the
+# source's order; see _loop_plan.
+_SHORT_RUN_BYTES = 128
 
 
 @numba.njit(nogil=True, cache=True)
@@ -92,19 +92,35 @@ def _words(a: np.ndarray, word: int, count: int) -> np.ndarray:
 
 
 def _loop_plan(shape, src_strides, dst_strides):
-    """Loop axes outermost first (shape and both strides, bytes), coalesced.
+    """Loop axes outermost first (shape and both strides, in bytes), coalesced.
 
-    The source's memory order, tiled for short runs (see the comment on _LONG_RUN_BYTES).
-    The innermost axis is contiguous on both sides.
+    The innermost axis is the run, contiguous on both sides. Around it, the axis next to the
+    run in the source (``src_next``) and the one next to it in the destination (``dst_next``)
+    form a tile, so that the tile touches whole cache lines on both sides and each side sees
+    at most a few sequential streams; every other axis loops in the source's memory order.
+    Measured on the bench cases (bench/RESULTS.md), the best tile order depends on the run:
+    - one machine word: the longer of the two axes innermost (a long strided loop);
+    - short runs: ``dst_next`` inside ``src_next`` (sequential writes, reads from L2);
+    - long runs: the shorter axis inside the longer (block_size streams on one side).
     """
     order = sorted(range(len(shape)), key=lambda k: src_strides[k], reverse=True)
     plan = _coalesce(*([v[k] for k in order] for v in (shape, src_strides, dst_strides)))
     shape, src_strides, dst_strides = plan
-    if len(shape) < 3 or shape[-1] >= _LONG_RUN_BYTES:
+    run = len(shape) - 1
+    if run < 2:
         return plan
-    # Put the destination's most contiguous remaining axis just outside the innermost run.
-    tile = min(range(len(shape) - 1), key=lambda k: dst_strides[k])
-    order = [k for k in range(len(shape) - 1) if k != tile] + [tile, len(shape) - 1]
+    src_next = min(range(run), key=lambda k: src_strides[k])
+    dst_next = min(range(run), key=lambda k: dst_strides[k])
+    if src_next == dst_next:
+        return plan
+    shorter, longer = sorted((src_next, dst_next), key=lambda k: shape[k])
+    if shape[run] <= 8:
+        tile = [shorter, longer]
+    elif shape[run] < _SHORT_RUN_BYTES:
+        tile = [src_next, dst_next]
+    else:
+        tile = [longer, shorter]
+    order = [k for k in range(run) if k not in tile] + tile + [run]
     return _coalesce(*([v[k] for k in order] for v in plan))
 
 

@@ -1,0 +1,178 @@
+"""Rearrangement benchmark (run by hand, not a test): ``python -m bench.rearrange [--quick]``.
+
+For each operator on a ~512 MiB float32 input, throughput in GB/s (bytes read + written per
+second) of
+- the NumPy path (``ops.<op>`` on a NumPy array, one thread),
+- the Dask path (``ops.<op>`` on a chunked Dask array, persisted with the threaded scheduler
+  on all cores; the result stays as blocks, as an out-of-core pipeline would keep it),
+- the plain NumPy reshape/transpose expression a user would write (np.pad first where the
+  operator pads),
+beside a plain memory copy of the same bytes: ``np.copyto`` into a ready buffer on one core,
+the same copy split over all cores, and ``x.copy()`` (a copy into freshly allocated memory,
+which pays the page faults that every operator producing a new array pays too).
+Ratios are taken within one run; machines here are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import dask
+import dask.array as da
+import numpy as np
+
+import ops
+
+CORES = os.cpu_count() or 1
+
+
+def best_seconds(run: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - started)
+        del result
+    return best
+
+
+def parallel_copy(dst: np.ndarray, src: np.ndarray, pool: ThreadPoolExecutor) -> None:
+    """np.copyto split into one contiguous slice per core (NumPy releases the GIL)."""
+    flat_dst, flat_src = dst.reshape(-1), src.reshape(-1)
+    edges = np.linspace(0, flat_src.size, CORES + 1).astype(int)
+    list(pool.map(lambda k: np.copyto(flat_dst[edges[k]:edges[k + 1]], flat_src[edges[k]:edges[k + 1]]), range(CORES)))
+
+
+@dataclass
+class Case:
+    name: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    op: Callable  # (array) -> array, through ops
+    plain: Callable  # (numpy array) -> numpy array, the expression a user would write
+
+
+def cases(scale: int) -> list[Case]:
+    """Inputs of 512 MiB / scale (float32)."""
+    n = 8 // scale
+    return [
+        Case(
+            "depth_to_space NHWC DCR bs=2 (C 256 -> 64)",
+            (n, 256, 256, 256), (1, 128, 256, 256),
+            lambda x: ops.depth_to_space(x, 2),
+            lambda x: x.reshape(n, 256, 256, 2, 2, 64).transpose(0, 1, 3, 2, 4, 5).reshape(n, 512, 512, 64),
+        ),
+        Case(
+            "depth_to_space NHWC DCR bs=2 (C 16 -> 4)",
+            (n, 1024, 1024, 16), (1, 512, 1024, 16),
+            lambda x: ops.depth_to_space(x, 2),
+            lambda x: x.reshape(n, 1024, 1024, 2, 2, 4).transpose(0, 1, 3, 2, 4, 5).reshape(n, 2048, 2048, 4),
+        ),
+        Case(
+            "depth_to_space NCHW CRD bs=2 (pixel shuffle, C 16 -> 4)",
+            (n, 16, 1024, 1024), (1, 16, 512, 1024),
+            lambda x: ops.depth_to_space(x, 2, data_format="NCHW", mode="CRD"),
+            lambda x: x.reshape(n, 4, 2, 2, 1024, 1024).transpose(0, 1, 4, 2, 5, 3).reshape(n, 4, 2048, 2048),
+        ),
+        Case(
+            "space_to_depth NHWC DCR bs=2 (C 64 -> 256)",
+            (n, 512, 512, 64), (1, 256, 512, 64),
+            lambda x: ops.space_to_depth(x, 2),
+            lambda x: x.reshape(n, 256, 2, 256, 2, 64).transpose(0, 1, 3, 2, 4, 5).reshape(n, 256, 256, 256),
+        ),
+        Case(
+            "space_to_batch bs=2 paddings [[1,1],[1,1]] (C 64)",
+            (n, 512, 512, 64), (1, 256, 512, 64),
+            lambda x: ops.space_to_batch(x, 2, [[1, 1], [1, 1]]),
+            lambda x: np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+            .reshape(n, 257, 2, 257, 2, 64).transpose(2, 4, 0, 1, 3, 5).reshape(4 * n, 257, 257, 64),
+        ),
+        Case(
+            "space_to_batch_nd block [2,2,2] (5-D, C 32)",
+            (n // 4 or 1, 128, 128, 128, 32), (1, 64, 128, 128, 32),
+            lambda x: ops.space_to_batch_nd(x, [2, 2, 2], [[0, 0]] * 3),
+            lambda x: x.reshape(x.shape[0], 64, 2, 64, 2, 64, 2, 32)
+            .transpose(2, 4, 6, 0, 1, 3, 5, 7).reshape(8 * x.shape[0], 64, 64, 64, 32),
+        ),
+        Case(
+            "batch_to_space_nd block [2,2] crops [[1,1],[1,1]] (C 64)",
+            (4 * n, 256, 256, 64), (1, 256, 256, 64),
+            lambda x: ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]]),
+            lambda x: x.reshape(2, 2, n, 256, 256, 64).transpose(2, 3, 0, 4, 1, 5)
+            .reshape(n, 512, 512, 64)[:, 1:-1, 1:-1],
+        ),
+    ]
+
+
+def run(scale: int, repeat: int) -> None:
+    rng = np.random.default_rng(0)
+    pool = ThreadPoolExecutor(CORES)
+    print(machine())
+    header = (
+        "| operator | MiB in | NumPy path | Dask path | plain expr | copyto 1 core | copyto all cores"
+        " | x.copy() | NumPy / plain | Dask / all-core copy |"
+    )
+    print(header)
+    print("|---" * (header.count("|") - 1) + "|")
+    with dask.config.set(scheduler="threads", num_workers=CORES):
+        for case in cases(scale):
+            x = rng.standard_normal(case.shape, dtype=np.float32)
+            lazy_input = da.from_array(x, chunks=case.chunks)
+            y = case.op(x)  # warms the JIT too
+            np.testing.assert_array_equal(y, case.plain(x))
+            moved = x.nbytes + y.nbytes
+            dst = np.empty_like(x)
+            dst.fill(0)
+            t_numpy = best_seconds(lambda: case.op(x), repeat)
+            t_dask = best_seconds(lambda: dask.persist(case.op(lazy_input))[0], repeat)
+            t_plain = best_seconds(lambda: case.plain(x), repeat)
+            copy_bytes = 2 * x.nbytes
+            t_copy = best_seconds(lambda: np.copyto(dst, x), repeat)
+            t_copy_all = best_seconds(lambda: parallel_copy(dst, x, pool), repeat)
+            t_fresh = best_seconds(lambda: x.copy(), repeat)
+            gbps = lambda nbytes, t: nbytes / t / 1e9  # noqa: E731
+            numpy_rate, dask_rate = gbps(moved, t_numpy), gbps(moved, t_dask)
+            plain_rate, all_copy = gbps(moved, t_plain), gbps(copy_bytes, t_copy_all)
+            print(
+                f"| {case.name} | {x.nbytes / 2**20:.0f} | {numpy_rate:.1f} | {dask_rate:.1f} | "
+                f"{plain_rate:.1f} | {gbps(copy_bytes, t_copy):.1f} | {all_copy:.1f} | "
+                f"{gbps(copy_bytes, t_fresh):.1f} | {numpy_rate / plain_rate:.2f}x | "
+                f"{dask_rate / all_copy:.2f}x |",
+                flush=True,
+            )
+            del x, y, dst, lazy_input
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import numba
+
+    return (
+        f"machine: {cpu}, {CORES} cores, {memory:.0f} GiB; Python {platform.python_version()}, "
+        f"NumPy {np.__version__}, Dask {dask.__version__}, numba {numba.__version__}\n"
+        "GB/s = (bytes read + bytes written) / best time; copy columns move the input's bytes once.\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="64 MiB inputs, 2 repeats (a smoke run)")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    run(scale=8 if args.quick else 1, repeat=2 if args.quick else args.repeat)
+
+
+if __name__ == "__main__":
+    main()
