@@ -4,9 +4,10 @@ Both operators pair a *space* array ``[B, s_1..s_M, rest...]`` with a *batch* ar
 ``[P*B, t_1..t_M, rest...]`` (``P = prod(block_shape)``): batch group ``g`` (block offsets
 ``j``, ``g = ravel(j)``) holds the space rows ``r`` with ``r + offset = t*b + j`` on every
 spatial axis, where ``offset`` is the leading padding (SpaceToBatch) or leading crop
-(BatchToSpace). For one group that pairing is a strided slice on each side (``_group_views``),
-so each kernel is one ``copy_into`` per group; padding is never materialised (the batch side
-starts as zeros) and cropped rows are never read.
+(BatchToSpace). Away from a partial first and last block that pairing is a plain reshape and
+transpose of both arrays, so each kernel is a few ``copy_into`` calls over views
+(``_pairs``); padding is never materialised (the batch side starts as zeros) and cropped rows
+are never read.
 
 Chunk plans (DESIGN.md):
 - SpaceToBatchND: spatial chunks are aligned so that every interior boundary falls on a block
@@ -21,6 +22,7 @@ Chunk plans (DESIGN.md):
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import dask.array as da
@@ -37,6 +39,48 @@ from schemas import BatchToSpaceNDParams, SpaceToBatchNDParams, SpaceToBatchPara
 # NumPy kernels
 
 
+def _axis_pieces(length: int, offset: int, b: int):
+    """Split space rows [0, length) into runs (start, K, L, t0, j0): row start + k*L + l pairs
+    with batch-side row t0 + k at block offset j0 + l. A partial first block, the whole
+    blocks (L == b) and a partial last block: at most three runs."""
+    pieces = []
+    head = min(length, (-offset) % b)
+    if head:
+        pieces.append((0, 1, head, offset // b, offset % b))
+    whole = (length - head) // b
+    if whole:
+        pieces.append((head, whole, b, (head + offset) // b, 0))
+    tail_start = head + whole * b
+    if tail_start < length:
+        pieces.append((tail_start, 1, length - tail_start, (tail_start + offset) // b, 0))
+    return pieces
+
+
+def _boxes(space: np.ndarray, batch: np.ndarray, block_shape, offsets):
+    """Equal-shape (space view, batch view) pairs that together pair every element once.
+
+    ``batch`` is split into ``[b_1..b_M, B, t_1..t_M, rest]`` (its batch index is the group
+    index times B plus b); each combination of per-axis runs is then one view on each side,
+    so a whole operator is at most 3**M copies, each streamed in one pass.
+    """
+    m = len(block_shape)
+    rows = space.shape[0]
+    rest = space.shape[1 + m :]
+    split = batch.reshape(*block_shape, rows, *batch.shape[1:])
+    # From [L_1..L_M, B, K_1..K_M, rest] to the space view's [B, K_1, L_1, ..., rest].
+    order = [m, *(a for i in range(m) for a in (m + 1 + i, i)), *range(2 * m + 1, split.ndim)]
+    axes = [_axis_pieces(space.shape[1 + i], offsets[i], b) for i, b in enumerate(block_shape)]
+    for runs in itertools.product(*axes):
+        space_index = (slice(None), *(slice(r, r + k * n) for r, k, n, _, _ in runs))
+        space_view = space[space_index].reshape(rows, *(v for _, k, n, _, _ in runs for v in (k, n)), *rest)
+        batch_index = (
+            *(slice(j, j + n) for _, _, n, _, j in runs),
+            slice(None),
+            *(slice(t, t + k) for _, k, _, t, _ in runs),
+        )
+        yield space_view, split[batch_index].transpose(order)
+
+
 def _lattice(space_len: int, offset: int, b: int, j: int) -> tuple[slice, slice]:
     """Slices pairing space rows r with batch-side rows t where r + offset == t*b + j."""
     first = (j - offset) % b
@@ -45,14 +89,23 @@ def _lattice(space_len: int, offset: int, b: int, j: int) -> tuple[slice, slice]
     return slice(first, first + (count - 1) * b + 1 if count else first, b), slice(t0, t0 + count)
 
 
-def _group_views(space: np.ndarray, group: np.ndarray, block_shape, offsets, j):
-    """(space part, group part): equal-shape views pairing the elements of one offset group."""
-    space_index, group_index = [slice(None)], [slice(None)]
-    for axis, (b, offset, jj) in enumerate(zip(block_shape, offsets, j), start=1):
-        s, t = _lattice(space.shape[axis], offset, b, jj)
-        space_index.append(s)
-        group_index.append(t)
-    return space[tuple(space_index)], group[tuple(group_index)]
+def _pairs(space: np.ndarray, batch, block_shape, offsets):
+    """Equal-shape (space view, batch view) pairs covering every element.
+
+    ``batch`` is one array (a whole input or block: ``_boxes``), or the list of its P groups
+    held in separate arrays (the blocks a Dask BatchToSpaceND task receives): one strided
+    view per group.
+    """
+    if not isinstance(batch, list):
+        yield from _boxes(space, batch, block_shape, offsets)
+        return
+    for group, j in zip(batch, np.ndindex(*block_shape)):
+        space_index, group_index = [slice(None)], [slice(None)]
+        for axis, (b, offset, jj) in enumerate(zip(block_shape, offsets, j), start=1):
+            s, t = _lattice(space.shape[axis], offset, b, jj)
+            space_index.append(s)
+            group_index.append(t)
+        yield space[tuple(space_index)], group[tuple(group_index)]
 
 
 def _batch_shape(shape, block_shape, paddings) -> tuple[int, ...]:
@@ -71,24 +124,22 @@ def _space_shape(shape, block_shape, crops) -> tuple[int, ...]:
 
 def space_to_batch_nd_kernel(x: np.ndarray, block_shape, paddings) -> np.ndarray:
     """SpaceToBatchND of one NumPy array (a whole input or one Dask block)."""
-    y = np.zeros(_batch_shape(x.shape, block_shape, paddings), x.dtype)
-    batch = x.shape[0]
-    before = [p[0] for p in paddings]
-    for g, j in enumerate(np.ndindex(*block_shape)):
-        space_part, group_part = _group_views(x, y[g * batch : (g + 1) * batch], block_shape, before, j)
-        copy_into(group_part, space_part)
+    shape = _batch_shape(x.shape, block_shape, paddings)
+    padded = any(lo or hi for lo, hi in paddings)
+    # Fresh zeroed pages cost nothing extra, and only padding relies on them.
+    y = np.zeros(shape, x.dtype) if padded else np.empty(shape, x.dtype)
+    for space_view, batch_view in _pairs(x, y, block_shape, [lo for lo, _ in paddings]):
+        copy_into(batch_view, space_view)
     return y
 
 
-def batch_to_space_nd_kernel(groups: list[np.ndarray], block_shape, crops) -> np.ndarray:
-    """BatchToSpaceND from its P batch groups (of a whole input, or one block of each group)."""
-    first = groups[0]
-    shape = _space_shape((first.shape[0] * len(groups), *first.shape[1:]), block_shape, crops)
-    y = np.empty(shape, first.dtype)
-    before = [c[0] for c in crops]
-    for group, j in zip(groups, np.ndindex(*block_shape)):
-        space_part, group_part = _group_views(y, group, block_shape, before, j)
-        copy_into(space_part, group_part)
+def batch_to_space_nd_kernel(batch, block_shape, crops) -> np.ndarray:
+    """BatchToSpaceND of one NumPy array, or of its P groups given as separate arrays."""
+    groups = batch if isinstance(batch, list) else [batch]
+    rows = sum(group.shape[0] for group in groups)
+    y = np.empty(_space_shape((rows, *groups[0].shape[1:]), block_shape, crops), groups[0].dtype)
+    for space_view, batch_view in _pairs(y, batch, block_shape, [lo for lo, _ in crops]):
+        copy_into(space_view, batch_view)
     return y
 
 
@@ -292,7 +343,7 @@ def _pad_with_zero_blocks(y: da.Array, axis: int, before: int, after: int) -> da
 
 
 def _batch_to_space_block(blocks, block_shape, crops):
-    return batch_to_space_nd_kernel(blocks, block_shape, crops)
+    return batch_to_space_nd_kernel(list(blocks), block_shape, crops)
 
 
 def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, int]]:
@@ -383,8 +434,4 @@ def batch_to_space_nd(x, block_shape, crops):
         return _empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
     if isinstance(x, da.Array):
         return _build_batch_to_space_nd(x, p.block_shape, p.crops, out_shape)
-    groups = math.prod(p.block_shape)
-    batch = x.shape[0] // groups
-    return batch_to_space_nd_kernel(
-        [x[g * batch : (g + 1) * batch] for g in range(groups)], p.block_shape, p.crops
-    )
+    return batch_to_space_nd_kernel(x, p.block_shape, p.crops)
