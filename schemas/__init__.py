@@ -5,20 +5,24 @@ service publishes them as its OpenAPI / JSON Schema.
 """
 
 from schemas.params import (
+    AscendDequantParams,
     BatchToSpaceNDParams,
     DataFormat,
     DepthToSpaceMode,
     DepthToSpaceParams,
+    GatherNdParams,
     SpaceToBatchNDParams,
     SpaceToBatchParams,
     SpaceToDepthParams,
 )
 
 __all__ = [
+    "AscendDequantParams",
     "BatchToSpaceNDParams",
     "DataFormat",
     "DepthToSpaceMode",
     "DepthToSpaceParams",
+    "GatherNdParams",
     "SpaceToBatchNDParams",
     "SpaceToBatchParams",
     "SpaceToDepthParams",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 INT64_MAX = 2**63 - 1
 # The largest block size whose square still fits in int64 (DepthToSpace divides C by it).
@@ -86,4 +86,29 @@ class BatchToSpaceNDParams(_Params):
                 f"({len(self.block_shape)}), got {len(self.crops)} rows"
             )
         _check_block_product(self.block_shape)
+        return self
+
+
+class GatherNdParams(_Params):
+    """GatherNd: index tuples in the last axis of ``indices`` select elements or slices."""
+
+    batch_dims: NonNegative = 0
+    negative_index_support: StrictBool = True
+
+
+class AscendDequantParams(_Params):
+    """AscendDequant: int32 (or float32 with a policy) times a scale, to float16/bfloat16/float32."""
+
+    dst_dtype: Literal["float16", "bfloat16", "float32"]
+    calc_count: NonNegative | None = None
+    mode: Literal["single_row", "multi_row"] = "single_row"
+    policy: Literal["per_token", "per_group"] | None = None
+    group_size: Annotated[StrictInt, Field(ge=1, le=INT64_MAX)] | None = None
+    k_dim: Literal[0, 1] = 1
+    align_output: StrictBool = False
+
+    @model_validator(mode="after")
+    def _group_size_rule(self):
+        if self.group_size is not None and self.group_size % 32:
+            raise ValueError(f"group_size must be a multiple of 32, got {self.group_size}")
         return self

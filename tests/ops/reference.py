@@ -106,3 +106,48 @@ def batch_to_space_nd(x, block_shape, crops):
     group = np.ravel_multi_index(offsets, block_shape) if m else 0
     source = [group * batch + index[0], *coarse, *[index[1 + m + r] for r in range(x.ndim - 1 - m)]]
     return x[tuple(source)]
+
+
+def gather_nd(params, indices, batch_dims=0):
+    """One tuple at a time, as the seed describes it (negative values count from the end)."""
+    indices = np.asarray(indices)
+    b = batch_dims
+    c = indices.shape[-1]
+    lead = indices.shape[:-1]
+    out = np.empty(lead + params.shape[b + c :], params.dtype)
+    for position in np.ndindex(*lead):
+        tuple_ = [int(v) for v in indices[position]]
+        coordinates = list(position[:b]) + [
+            v + params.shape[b + k] if v < 0 else v for k, v in enumerate(tuple_)
+        ]
+        out[position] = params[tuple(coordinates)]
+    return out
+
+
+@np.errstate(over="ignore", invalid="ignore")
+def dequant(src, scale, dst, calc_count=None, policy=None, group_size=None, k_dim=1):
+    """The plain expression (src.astype(f32) * scale).astype(dst), with SPEC's masks."""
+    src = np.atleast_2d(src)
+    m, n = src.shape
+    scale = np.asarray(scale)
+    if scale.dtype == np.uint64:
+        scale = (scale & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)
+    scale = scale.astype(np.float32)
+    f = src.astype(np.float32)
+    if policy is None:
+        cc = n if calc_count is None else calc_count
+        per_column = np.broadcast_to(scale[:cc] if scale.ndim else scale, (cc,))
+        full = np.concatenate([per_column, np.ones(n - cc, np.float32)])
+        product = f * full
+        product[:, cc:] = f[:, cc:]
+    else:
+        if policy == "per_token":
+            per_element = np.broadcast_to(scale.reshape(m, 1), (m, n))
+        elif k_dim == 0:
+            per_element = scale[np.arange(m) // group_size, :]
+        else:
+            per_element = scale[:, np.arange(n) // group_size]
+        product = f * per_element
+        rows = (m * n if calc_count is None else calc_count) // max(n, 1)
+        product[rows:] = f[rows:]
+    return product.astype(dst)

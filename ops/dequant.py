@@ -1,0 +1,321 @@
+"""AscendDequant: the NumPy kernel and the Dask builder, side by side.
+
+``y = dst(f32(src) * f32(scale))`` with the scale chosen per column (classic), per row
+(per_token) or per group of rows or columns (per_group); elements outside ``calc_count`` pass
+through as ``dst(f32(src))``. Every rounding is NumPy's / ml_dtypes' own round-to-nearest-even
+cast, so results equal the plain expression ``(src.astype(f32) * scale).astype(dst)`` bit for
+bit.
+
+Kernel: the plain expression materialises two full float32 temporaries. The kernel instead
+walks the rows in tiles of ``_TILE`` elements, so the float32 temporary stays in cache and
+each tile is read once and written once.
+
+Dask plan: row blocks with all n columns in one chunk; per-row scales are chunked with the
+rows, and for per_group with k_dim=0 the row chunks are aligned to multiples of group_size so
+each block sees whole scale rows.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from ops import _chunks, _validate, dtypes
+from ops.errors import InvalidArgument
+from schemas import AscendDequantParams
+
+F32 = np.dtype(np.float32)
+_DST = {"float16": np.dtype(np.float16), "bfloat16": dtypes.bfloat16, "float32": F32}
+# Elements per tile: a 256 KiB float32 temporary, well inside L2.
+_TILE = 1 << 16
+
+# Supported combinations (SPEC.md). Classic: (dst, scale) for vector and scalar scales.
+CLASSIC_VECTOR = [("float16", "uint64"), ("float32", "float32"), ("float32", "bfloat16"),
+                  ("bfloat16", "bfloat16"), ("bfloat16", "float32")]
+CLASSIC_SCALAR = [("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "bfloat16"),
+                  ("float32", "float32")]
+# per_token / per_group: (scale, dst) for int32 or float32 src.
+POLICY_PAIRS = [("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float32"),
+                ("float32", "float16"), ("float32", "bfloat16")]
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy kernel
+
+
+def scale_as_float32(scale: np.ndarray) -> np.ndarray:
+    """Scale values in float32: exact for float16/bfloat16; uint64 carries them in its low 32 bits."""
+    if scale.dtype == np.uint64:
+        return (scale & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)
+    return scale.astype(F32)
+
+
+@np.errstate(over="ignore", invalid="ignore")  # overflow to inf and NaN are IEEE results here
+def _scaled(src_tile, scale_tile, out_tile):
+    """out = dst(f32(src) * scale) for one tile; scale_tile broadcasts, None means unscaled."""
+    if out_tile.dtype == F32:
+        if scale_tile is None:
+            np.copyto(out_tile, src_tile, casting="unsafe")
+        else:
+            np.multiply(src_tile, scale_tile, out=out_tile, dtype=F32, casting="unsafe")
+        return
+    temp = np.empty(src_tile.shape, F32)
+    if scale_tile is None:
+        np.copyto(temp, src_tile, casting="unsafe")
+    else:
+        np.multiply(src_tile, scale_tile, out=temp, dtype=F32, casting="unsafe")
+    np.copyto(out_tile, temp, casting="unsafe")
+
+
+def dequant_kernel(src, scale, layout: str, dst_dtype, limit: int, group_size: int, n_out: int, row0: int = 0):
+    """AscendDequant of one NumPy row block ``src`` [rows, n] (global rows row0 .. row0+rows).
+
+    ``scale`` is float32, laid out by ``layout``:
+    - "columns": [>= limit] per column or a 0-d scalar, columns >= ``limit`` unscaled;
+    - "rows": [rows, 1] per row; "row_groups": [rows, ceil(n/g)] per (row, column group);
+      "column_groups": [ceil(m/g), n] per (row group, column) with global row groups.
+      For these three, global rows >= ``limit`` are unscaled.
+    The result has ``n_out >= n`` columns; the extra ones are zero.
+    """
+    rows, n = src.shape
+    y = (np.zeros if n_out > n else np.empty)((rows, n_out), dst_dtype)
+    if rows == 0 or n == 0:
+        return y
+    if layout == "columns":
+        step = max(1, _TILE // n)
+        for r in range(0, rows, step):
+            block, out = src[r : r + step], y[r : r + step]
+            _scaled(block[:, :limit], scale[:limit] if scale.ndim else scale, out[:, :limit])
+            if limit < n:
+                _scaled(block[:, limit:], None, out[:, limit:n])
+        return y
+    step = max(1, _TILE // n)
+    for r in range(0, rows, step):
+        stop = min(r + step, rows)
+        block, out = src[r:stop], y[r:stop, :n]
+        scaled_rows = max(0, min(stop, limit - row0) - r)
+        if scaled_rows:
+            _scaled(block[:scaled_rows], _row_scales(scale, layout, r, r + scaled_rows, row0, group_size, n), out[:scaled_rows])
+        if scaled_rows < stop - r:
+            _scaled(block[scaled_rows:], None, out[scaled_rows:])
+    return y
+
+
+def _row_scales(scale, layout, start, stop, row0, group_size, n):
+    """The scale of rows [start, stop) of the block, broadcastable to [stop - start, n]."""
+    if layout == "rows":
+        return scale[start:stop]
+    if layout == "row_groups":
+        return np.repeat(scale[start:stop], group_size, axis=1)[:, :n]
+    groups = (np.arange(row0 + start, row0 + stop) // group_size) - row0 // group_size
+    return scale[groups]
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _dst_name(dst_dtype) -> str:
+    try:
+        dtype = np.dtype(dst_dtype)
+    except TypeError:
+        dtype = None
+    for name, candidate in _DST.items():
+        if dtype == candidate:
+            return name
+    raise InvalidArgument(f"dst_dtype must be one of float16, bfloat16 or float32, got {dst_dtype!r}")
+
+
+def _scale_array(deq_scale):
+    """The scale as an array (Python numbers become float32 0-d arrays)."""
+    if isinstance(deq_scale, (bool, np.bool_)):
+        raise InvalidArgument(f"deq_scale must be a number or an array, got bool {deq_scale!r}")
+    if isinstance(deq_scale, numbers.Real) and not isinstance(deq_scale, np.generic):
+        return np.asarray(deq_scale, F32)
+    if isinstance(deq_scale, np.float64):  # a Python float subclass: treated as one
+        return np.asarray(deq_scale, F32)
+    if isinstance(deq_scale, (np.ndarray, da.Array)):
+        return deq_scale
+    return np.asarray(deq_scale)
+
+
+def _type_name(dtype) -> str:
+    return dtypes.name(np.dtype(dtype))
+
+
+def _unsupported(what: str, got: str, pairs, columns: str) -> InvalidArgument:
+    listed = "; ".join("(" + ", ".join(pair) + ")" for pair in pairs)
+    return InvalidArgument(f"{what}: ({columns}) = ({got}) is not supported; supported: {listed}")
+
+
+def _validate_dequant(src, deq_scale, dst_dtype, calc_count, mode, policy, group_size, k_dim, align_output):
+    p = _validate.params(
+        AscendDequantParams,
+        dst_dtype=_dst_name(dst_dtype),
+        calc_count=None if calc_count is None else _validate.integer("calc_count", calc_count),
+        mode=mode,
+        policy=policy,
+        group_size=None if group_size is None else _validate.integer("group_size", group_size),
+        k_dim=_validate.integer("k_dim", k_dim),
+        align_output=align_output,
+    )
+    src = _validate.array("src", src)
+    if src.ndim == 1:
+        src = src.reshape(1, -1)
+    _validate.rank("src", src, "1 or 2 ([n] or [m, n])", src.ndim == 2)
+    m, n = src.shape
+    scale = _scale_array(deq_scale)
+    src_name, scale_name = _type_name(src.dtype), _type_name(scale.dtype)
+    if p.policy is None:
+        if src_name != "int32":
+            raise InvalidArgument(f"src dtype must be int32 without a policy, got {src_name}")
+        if scale.ndim > 1:
+            raise InvalidArgument(f"deq_scale must be a scalar or a 1-D vector, got shape {list(scale.shape)}")
+        pairs = CLASSIC_VECTOR if scale.ndim == 1 else CLASSIC_SCALAR
+        if (p.dst_dtype, scale_name) not in pairs:
+            kind = "vector" if scale.ndim == 1 else "scalar"
+            raise _unsupported(f"with a {kind} deq_scale", f"{p.dst_dtype}, {scale_name}", pairs, "dst_dtype, scale dtype")
+        cc = n if p.calc_count is None else p.calc_count
+        if p.calc_count is not None and not 1 <= cc <= n:
+            raise InvalidArgument(f"calc_count must be in 1..n = {n}, got {cc}")
+        if scale.ndim == 1 and scale.shape[0] < cc:
+            raise InvalidArgument(
+                f"deq_scale must have at least calc_count = {cc} elements, got {scale.shape[0]}"
+            )
+    else:
+        if src_name not in ("int32", "float32"):
+            raise InvalidArgument(f"src dtype must be int32 or float32 with policy={p.policy!r}, got {src_name}")
+        if (scale_name, p.dst_dtype) not in POLICY_PAIRS:
+            raise _unsupported(f"with policy={p.policy!r}", f"{src_name}, {scale_name}, {p.dst_dtype}",
+                               [(s, *pair) for s in ("int32", "float32") for pair in POLICY_PAIRS],
+                               "src, scale, dst_dtype")
+        expected = _policy_scale_shape(p, m, n)
+        if scale.shape not in expected:
+            raise InvalidArgument(
+                f"deq_scale must have shape {' or '.join(str(list(s)) for s in expected)} for "
+                f"{_policy_label(p)}, got {list(scale.shape)}"
+            )
+        cc = m * n if p.calc_count is None else p.calc_count
+        if not 0 <= cc <= m * n or (n and cc % n):
+            raise InvalidArgument(
+                f"calc_count must be a multiple of n = {n} in 0..m*n = {m * n} with policy={p.policy!r}, got {cc}"
+            )
+    if p.policy != "per_group" and p.group_size is not None:
+        raise InvalidArgument(f"group_size applies only to policy='per_group', got group_size={p.group_size}")
+    if p.policy != "per_group" and p.k_dim != 1:
+        raise InvalidArgument(f"k_dim applies only to policy='per_group', got k_dim={p.k_dim}")
+    if p.align_output and (n * 4) % 32:
+        raise InvalidArgument(
+            f"align_output=True needs 32-byte aligned src rows (n*4 % 32 == 0), got n = {n}"
+        )
+    return src, scale, p, cc
+
+
+def _policy_label(p) -> str:
+    if p.policy == "per_token":
+        return "policy='per_token'"
+    return f"policy='per_group', k_dim={p.k_dim}, group_size={p.group_size}"
+
+
+def _policy_scale_shape(p, m: int, n: int):
+    if p.policy == "per_token":
+        return [(m,), (m, 1)]
+    if p.group_size is None:
+        raise InvalidArgument("group_size is required with policy='per_group'")
+    g = p.group_size
+    return [(-(-m // g), n)] if p.k_dim == 0 else [(m, -(-n // g))]
+
+
+def _output_columns(n: int, dst_dtype, align: bool) -> int:
+    if not align:
+        return n
+    itemsize = np.dtype(dst_dtype).itemsize
+    return -(-(n * itemsize) // 32) * 32 // itemsize
+
+
+def _plan(src_shape, scale, p, cc):
+    """(layout, scale arranged for it, limit): the shape-level decisions of the kernel."""
+    m, n = src_shape
+    if p.policy is None:
+        per_row = 32 // np.dtype(_DST[p.dst_dtype]).itemsize
+        if p.mode == "single_row" and m == 1 and cc % per_row == 0 and n % cc == 0:
+            # The device reads the row as [n / calc_count, calc_count]: every element is
+            # scaled, by scale[j % calc_count].
+            if scale.ndim == 1:
+                scale = (da.tile if isinstance(scale, da.Array) else np.tile)(scale[:cc], n // cc)
+            return "columns", scale, n
+        return "columns", scale, cc
+    limit = cc // n if n else 0
+    if p.policy == "per_token":
+        return "rows", scale.reshape(m, 1), limit
+    return ("column_groups" if p.k_dim == 0 else "row_groups"), scale, limit
+
+
+# ---------------------------------------------------------------------------------------------
+# Dask builder
+
+
+def _dequant_block(src, scale, layout, dst_dtype, limit, group_size, n_out, block_info=None):
+    row0 = block_info[0]["array-location"][0][0]
+    return dequant_kernel(src, scale_as_float32(scale), layout, dst_dtype, limit, group_size, n_out, row0)
+
+
+def dequant_chunks(row_chunks, layout: str, group_size):
+    """Plan: (src row chunks, scale row chunks or None). Columns are always one chunk."""
+    if layout == "columns":
+        return row_chunks, None
+    if layout == "column_groups":
+        row_chunks = _chunks.align(row_chunks, group_size)
+        return row_chunks, tuple(-(-c // group_size) for c in row_chunks)
+    return row_chunks, row_chunks
+
+
+def _build(src: da.Array, scale, layout, dst_dtype, limit, group_size, n_out):
+    row_chunks, scale_rows = dequant_chunks(src.chunks[0], layout, group_size)
+    if src.chunks != (row_chunks, (src.shape[1],)):
+        src = src.rechunk((row_chunks, (src.shape[1],)))
+    # Scales ride along as a second array, matched to src blocks by position (map_blocks):
+    # whole (classic) or chunked with the rows.
+    chunks = tuple((k,) for k in scale.shape) if scale_rows is None else (scale_rows, (scale.shape[1],))
+    if isinstance(scale, da.Array):
+        scale = scale.rechunk(chunks)
+    else:
+        scale = da.from_array(np.asarray(scale), chunks=chunks)
+    token = tokenize(src, scale, layout, dst_dtype, limit, group_size, n_out)
+    return da.map_blocks(
+        _dequant_block, src, scale, layout, dst_dtype, limit, group_size, n_out,
+        chunks=(row_chunks, (n_out,)), dtype=dst_dtype, meta=np.empty((0, 0), dst_dtype),
+        name=f"ascend_dequant-{token}",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Public function
+
+
+def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,
+                   group_size=None, k_dim=1, align_output=False):
+    """Dequantise ``src`` [m, n] (or [n], read as [1, n]): ``dst(f32(src) * f32(scale))``.
+
+    Classic (``policy=None``): int32 src, scalar or vector ``deq_scale`` applied to the first
+    ``calc_count`` columns (the rest pass through unscaled); with ``mode="single_row"`` a single
+    row is read as ``[n / calc_count, calc_count]`` when the device would. ``"per_token"``:
+    one scale per row; ``"per_group"``: one per ``group_size`` rows (``k_dim=0``) or columns
+    (``k_dim=1``); rows from ``calc_count // n`` on pass through. ``align_output`` pads each
+    row with zeros to a multiple of 32 bytes. Float32 arithmetic, round-to-nearest-even.
+    """
+    src, scale, p, cc = _validate_dequant(
+        src, deq_scale, dst_dtype, calc_count, mode, policy, group_size, k_dim, align_output
+    )
+    dst = _DST[p.dst_dtype]
+    n_out = _output_columns(src.shape[1], dst, p.align_output)
+    layout, scale, limit = _plan(src.shape, scale, p, cc)
+    if isinstance(src, da.Array):
+        return _build(src, scale, layout, dst, limit, p.group_size, n_out)
+    if isinstance(scale, da.Array):
+        scale = scale.compute()  # a NumPy src is computed eagerly, so is its scale
+    return dequant_kernel(src, scale_as_float32(np.asarray(scale)), layout, dst, limit, p.group_size, n_out)

@@ -1,0 +1,401 @@
+"""GatherNd: the NumPy kernel and the Dask builders, side by side.
+
+An index tuple of length ``c`` selects an element (``c == r - batch_dims``) or a slice of
+``params`` within its batch. The kernel turns every tuple into coordinates along the first
+``batch_dims + c`` dims of params (the *merged* dims) and takes those rows.
+
+Plans, by what is lazy:
+- NumPy params and indices: eager.
+- Dask params, concrete indices (``_build_concrete``): the indices are checked now; tuples are
+  bucketed by the params block they hit, one task per hit block gathers its bucket, and one
+  task per output block puts the pieces back in the original order. Params blocks that no
+  tuple hits are never read: a gather of a few points from a huge array touches a few blocks.
+- Lazy (Dask) indices, output chunked like the indices' leading dims; index values are checked
+  when computed, with the same IndexError:
+  * params up to ``dask.config["array.chunk-size"]`` bytes, or NumPy params
+    (``_build_broadcast``): params as one block, read by every indices block (a cluster sends
+    it once to each worker);
+  * larger Dask params (``_build_shuffle``): every indices block is split into requests per
+    params block, each params block serves all requests for it in one task, and each indices
+    block reassembles its pieces: a params block is read once and only the gathered rows
+    travel, never whole params blocks to every indices block.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+from dask.utils import parse_bytes
+
+from ops import _chunks, _validate
+from ops.errors import InvalidArgument
+from schemas import GatherNdParams
+
+# ---------------------------------------------------------------------------------------------
+# NumPy kernel
+
+
+def check_index_values(indices, dims, negative_index_support: bool, first_dim: int = 0, offset=()):
+    """Raise IndexError for the first (C order) index value outside its dimension's range.
+
+    ``dims`` are the sizes of params dims ``first_dim, first_dim + 1, ...`` that the tuple
+    components index; ``offset`` places ``indices`` (a Dask block) in the whole indices array.
+    """
+    if indices.size == 0:
+        return
+    sizes = np.asarray(dims, dtype=np.int64)
+    flat = indices.reshape(-1, len(dims))
+    low = -sizes if negative_index_support else np.zeros_like(sizes)
+    if (flat.min(axis=0) >= low).all() and (flat.max(axis=0) < sizes).all():
+        return
+    first = int(np.flatnonzero((flat < low) | (flat >= sizes))[0])
+    position = np.unravel_index(first, indices.shape)
+    position = [int(p) + (offset[k] if k < len(offset) else 0) for k, p in enumerate(position)]
+    component = first % len(dims)
+    value, size = int(flat.reshape(-1)[first]), int(sizes[component])
+    if size == 0:
+        allowed = "none: the dimension is empty"
+    else:
+        allowed = f"{-size}..{size - 1}" if negative_index_support else f"0..{size - 1}"
+    note = ", negative_index_support=False" if value < 0 and not negative_index_support else ""
+    raise IndexError(
+        f"indices[{', '.join(map(str, position))}] = {value} is out of range for dimension "
+        f"{first_dim + component} of size {size} (allowed {allowed}{note})"
+    )
+
+
+def _coordinates(indices, params_shape, batch_dims: int, offset=()) -> list[np.ndarray]:
+    """Coordinates of every tuple along the merged dims of params, each an int64 array of the
+    tuples' shape (``indices.shape[:-1]``); values are already checked, negatives resolved."""
+    lead = indices.shape[:-1]
+    coords = []
+    for d in range(batch_dims):  # the batch coordinate is the tuple's own position
+        start = offset[d] if d < len(offset) else 0
+        axis = np.arange(start, start + lead[d], dtype=np.int64)
+        coords.append(np.broadcast_to(axis.reshape((-1,) + (1,) * (len(lead) - d - 1)), lead))
+    for k in range(indices.shape[-1]):
+        component = indices[..., k].astype(np.int64, copy=False)
+        size = params_shape[batch_dims + k]
+        if component.size and component.min() < 0:
+            component = np.where(component < 0, component + size, component)
+        coords.append(component)
+    return coords
+
+
+def _merged_view(params: np.ndarray, merged: int):
+    """params with its first ``merged`` dims as one axis if that is a view, else None."""
+    shape, strides = params.shape, params.strides
+    for k in range(merged - 1):
+        if shape[k + 1] != 1 and strides[k] != strides[k + 1] * shape[k + 1]:
+            return None
+    return params.reshape(math.prod(shape[:merged]), *shape[merged:])
+
+
+def _take(params: np.ndarray, coords: list[np.ndarray]) -> np.ndarray:
+    """params[coords] (one slice per tuple), through np.take on merged rows where possible."""
+    merged = _merged_view(params, len(coords))
+    if merged is None or len(coords) == 0:
+        return params[tuple(coords)]
+    rows = coords[0]
+    for k in range(1, len(coords)):
+        rows = rows * params.shape[k] + coords[k]
+    return np.take(merged, rows, axis=0)
+
+
+def gather_nd_kernel(params, indices, batch_dims: int, negative_index_support: bool, offset=()):
+    """GatherNd of NumPy arrays; ``offset`` places ``indices`` in a larger array for errors."""
+    c = indices.shape[-1]
+    check_index_values(
+        indices, params.shape[batch_dims : batch_dims + c], negative_index_support, batch_dims, offset
+    )
+    return _take(params, _coordinates(indices, params.shape, batch_dims, offset))
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
+    p = _validate.params(
+        GatherNdParams,
+        batch_dims=_validate.integer("batch_dims", batch_dims),
+        negative_index_support=negative_index_support,
+    )
+    params = _validate.array("params", params)
+    if not isinstance(indices, (np.ndarray, da.Array)):
+        indices = np.asarray(indices)
+    if indices.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise InvalidArgument(f"indices dtype must be int32 or int64, got {indices.dtype}")
+    if any(math.isnan(n) for n in indices.shape):
+        raise InvalidArgument(
+            f"indices has unknown chunk sizes {indices.shape}; call indices.compute_chunk_sizes() first"
+        )
+    r, q, b = params.ndim, indices.ndim, p.batch_dims
+    if r < 1:
+        raise InvalidArgument(f"params must have rank >= 1, got rank 0")
+    if q < 1:
+        raise InvalidArgument(f"indices must have rank >= 1, got rank 0")
+    if b >= min(q, r):
+        raise InvalidArgument(
+            f"batch_dims must be < min(rank(indices), rank(params)) = {min(q, r)}, got {b}"
+        )
+    if params.shape[:b] != indices.shape[:b]:
+        raise InvalidArgument(
+            f"the first batch_dims = {b} dims of params and indices must be equal, got "
+            f"{list(params.shape[:b])} and {list(indices.shape[:b])}"
+        )
+    c = indices.shape[-1]
+    if not 1 <= c <= r - b:
+        raise InvalidArgument(
+            f"indices.shape[-1] (the index tuple length) must be in 1..rank(params) - batch_dims "
+            f"= {r - b}, got {c}"
+        )
+    out_shape = (*indices.shape[:-1], *params.shape[b + c :])
+    _validate.output_shape(out_shape, params.dtype.itemsize)
+    return params, indices, p, out_shape
+
+
+# ---------------------------------------------------------------------------------------------
+# Dask builders
+
+
+def _meta(ndim: int, dtype) -> np.ndarray:
+    return np.empty((0,) * ndim, dtype)
+
+
+def _empty(shape, dtype) -> da.Array:
+    return da.zeros(shape, dtype=dtype, chunks=tuple((n,) for n in shape))
+
+
+def _target_bytes() -> int:
+    return parse_bytes(dask.config.get("array.chunk-size"))
+
+
+def _lead_chunks(lead, row_bytes: int, target: int) -> tuple[tuple[int, ...], ...]:
+    """Chunks of the tuples' dims such that every block is one contiguous (C order) run of
+    tuples of about ``target`` bytes of output: split one axis, 1 on the axes before it."""
+    for split in range(len(lead)):
+        inner = math.prod(lead[split + 1 :]) * row_bytes
+        if inner <= target:
+            break
+    else:
+        return tuple((n,) for n in lead)
+    rows = max(1, target // max(inner, 1))
+    return (
+        *(((1,) * n) for n in lead[:split]),
+        _chunks.regular(lead[split], rows),
+        *((n,) for n in lead[split + 1 :]),
+    )
+
+
+def _locate(coords: list[np.ndarray], chunks) -> tuple[np.ndarray, list[np.ndarray]]:
+    """For flat coordinate arrays: the flat block number each tuple hits among the merged
+    dims' blocks, and the coordinates local to that block."""
+    blocks, local = [], []
+    for coord, axis_chunks in zip(coords, chunks):
+        starts = np.asarray(_chunks.boundaries(axis_chunks), dtype=np.int64)
+        block = np.searchsorted(starts, coord, side="right") - 1
+        blocks.append(block)
+        local.append(coord - starts[block])
+    numblocks = tuple(len(c) for c in chunks)
+    return np.ravel_multi_index(blocks, numblocks) if blocks else np.zeros(0, np.int64), local
+
+
+def _gather_bucket(block, local):
+    return block[tuple(local)]
+
+
+def _assemble(shape, dtype, lead_ndim: int, parts):
+    """One output block: ``rows[positions] = piece[start:stop]`` for each part."""
+    out = np.empty(shape, dtype)
+    rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
+    for piece, start, stop, positions in parts:
+        rows[positions] = piece[start:stop]
+    return out
+
+
+def _build_concrete(params: da.Array, indices: np.ndarray, b: int, negative: bool, out_shape):
+    """Dask params, NumPy indices: bucket tuples by hit block; read only the hit blocks."""
+    c = indices.shape[-1]
+    merged = b + c
+    check_index_values(indices, params.shape[b:merged], negative, b)
+    lead = indices.shape[:-1]
+    coords = [np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params.shape, b)]
+    hit, local = _locate(coords, params.chunks[:merged])
+    order = np.argsort(hit, kind="stable")  # tuple ids grouped by block, ascending in each
+    hits, starts = np.unique(hit[order], return_index=True)
+    stops = [*starts[1:], len(order)]
+
+    slice_chunks = params.chunks[merged:]
+    row_bytes = math.prod(params.shape[merged:]) * params.dtype.itemsize
+    lead_chunks = _lead_chunks(lead, row_bytes, _target_bytes())
+    # Output blocks along the tuples are contiguous runs of tuple ids: [bounds[o], bounds[o+1]).
+    run_bounds = np.cumsum([0] + [
+        math.prod(lead_chunks[k][i] for k, i in enumerate(index))
+        for index in np.ndindex(*map(len, lead_chunks))
+    ])
+
+    token = tokenize(params, indices, b, negative)
+    gather_name, name = f"gather_nd-bucket-{token}", f"gather_nd-{token}"
+    layer, parts = {}, {}
+    params_blocks = np.unravel_index(hits, params.numblocks[:merged])
+    for h, (start, stop) in enumerate(zip(starts, stops)):
+        ids = order[start:stop]
+        local_h = [coord[ids] for coord in local]
+        block = tuple(int(axis[h]) for axis in params_blocks)
+        for s in np.ndindex(*map(len, slice_chunks)):
+            layer[(gather_name, h, *s)] = (_gather_bucket, (params.name, *block, *s), local_h)
+        # Which output runs this bucket feeds, and where.
+        cuts = np.searchsorted(ids, run_bounds)
+        for o in np.flatnonzero(np.diff(cuts)):
+            lo, hi = int(cuts[o]), int(cuts[o + 1])
+            parts.setdefault(int(o), []).append((h, lo, hi, ids[lo:hi] - run_bounds[o]))
+    lead_blocks = list(np.ndindex(*map(len, lead_chunks)))
+    for o, lead_index in enumerate(lead_blocks):
+        shape_lead = tuple(lead_chunks[k][i] for k, i in enumerate(lead_index))
+        for s in np.ndindex(*map(len, slice_chunks)):
+            shape = shape_lead + tuple(slice_chunks[k][i] for k, i in enumerate(s))
+            # Lists, not tuples: Dask replaces keys inside lists with their values.
+            pieces = [[(gather_name, h, *s), lo, hi, pos] for h, lo, hi, pos in parts.get(o, [])]
+            layer[(name, *lead_index, *s)] = (_assemble, shape, params.dtype, len(lead), pieces)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[params])
+    return da.Array(graph, name, chunks=(*lead_chunks, *slice_chunks), meta=_meta(len(out_shape), params.dtype))
+
+
+def _gather_block(params, indices, b: int, negative: bool, offset):
+    return gather_nd_kernel(params, indices, b, negative, offset)
+
+
+def _block_offsets(chunks, index) -> list[int]:
+    return [sum(chunks[k][:i]) for k, i in enumerate(index)]
+
+
+def _build_broadcast(params, indices: da.Array, b: int, negative: bool, out_shape):
+    """Lazy indices, small params: params in one block, gathered from by each indices block."""
+    if isinstance(params, np.ndarray):
+        params = da.from_array(params, chunks=params.shape)
+    elif params.npartitions > 1:
+        params = params.rechunk(params.shape)
+    c = indices.shape[-1]
+    lead_chunks = indices.chunks[:-1]
+    token = tokenize(params, indices, b, negative)
+    name = f"gather_nd-{token}"
+    params_key = (params.name,) + (0,) * params.ndim
+    slice_zeros = (0,) * (params.ndim - b - c)
+    layer = {
+        (name, *index, *slice_zeros): (
+            _gather_block, params_key, (indices.name, *index, 0), b, negative,
+            _block_offsets(indices.chunks, index),
+        )
+        for index in np.ndindex(*indices.numblocks[:-1])
+    }
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
+    chunks = (*lead_chunks, *((n,) for n in params.shape[b + c :]))
+    return da.Array(graph, name, chunks=chunks, meta=_meta(len(out_shape), params.dtype))
+
+
+def _split_requests(indices, params_shape, params_chunks, b, negative, offset):
+    """One indices block's tuples as requests per params block: {hit: (positions, local)}."""
+    c = indices.shape[-1]
+    check_index_values(indices, params_shape[b : b + c], negative, b, offset)
+    coords = [np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)]
+    hit, local = _locate(coords, params_chunks)
+    order = np.argsort(hit, kind="stable")
+    hits, starts = np.unique(hit[order], return_index=True)
+    stops = [*starts[1:], len(order)]
+    return {
+        int(h): (order[start:stop], [coord[order[start:stop]] for coord in local])
+        for h, start, stop in zip(hits, starts, stops)
+    }
+
+
+def _serve(block, *requests):
+    """Rows of one params block for each indices block's request (None where none)."""
+    return [None if r is None else block[tuple(r[1])] for r in requests]
+
+
+def _assemble_requests(shape, dtype, lead_ndim: int, pieces, requests):
+    out = np.empty(shape, dtype)
+    rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
+    for piece, request in zip(pieces, requests):
+        if request is not None:
+            rows[request[0]] = piece
+    return out
+
+
+def _build_shuffle(params: da.Array, indices: da.Array, b: int, negative: bool, out_shape):
+    """Lazy indices, large params: requests per params block, served once, reassembled."""
+    c = indices.shape[-1]
+    merged = b + c
+    token = tokenize(params, indices, b, negative)
+    split, request, serve, piece = (
+        f"gather_nd-{part}-{token}" for part in ("split", "request", "serve", "piece")
+    )
+    name = f"gather_nd-{token}"
+    lead_blocks = list(np.ndindex(*indices.numblocks[:-1]))
+    params_blocks = list(np.ndindex(*params.numblocks[:merged]))
+    slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
+    layer = {}
+    for i, index in enumerate(lead_blocks):
+        layer[(split, i)] = (
+            _split_requests, (indices.name, *index, 0), params.shape, params.chunks[:merged],
+            b, negative, _block_offsets(indices.chunks, index),
+        )
+        for h in range(len(params_blocks)):
+            layer[(request, i, h)] = (dict.get, (split, i), h)
+    for h, block in enumerate(params_blocks):
+        for s in slice_blocks:
+            layer[(serve, h, *s)] = (
+                _serve, (params.name, *block, *s), *[(request, i, h) for i in range(len(lead_blocks))]
+            )
+            for i in range(len(lead_blocks)):
+                layer[(piece, h, i, *s)] = (operator.getitem, (serve, h, *s), i)
+    for i, index in enumerate(lead_blocks):
+        shape_lead = tuple(indices.chunks[k][j] for k, j in enumerate(index))
+        for s in slice_blocks:
+            shape = shape_lead + tuple(params.chunks[merged + k][j] for k, j in enumerate(s))
+            layer[(name, *index, *s)] = (
+                _assemble_requests, shape, params.dtype, len(index),
+                [(piece, h, i, *s) for h in range(len(params_blocks))],
+                [(request, i, h) for h in range(len(params_blocks))],
+            )
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
+    chunks = (*indices.chunks[:-1], *params.chunks[merged:])
+    return da.Array(graph, name, chunks=chunks, meta=_meta(len(out_shape), params.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Public function
+
+
+def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True):
+    """Gather slices of ``params`` at the index tuples in the last axis of ``indices``.
+
+    ``params`` has rank r >= 1 and any supported dtype; ``indices`` (int32/int64, rank q >= 1)
+    holds tuples of length ``c = indices.shape[-1]``, ``1 <= c <= r - batch_dims``. The result
+    is ``indices.shape[:-1] + params.shape[batch_dims + c:]``. With ``batch_dims = b`` the first
+    b dims of both are a shared batch. Index values lie in ``[-s, s-1]`` (``[0, s-1]`` when
+    ``negative_index_support`` is False); any other raises IndexError naming its position.
+    See the module docstring for the Dask plan used in each case.
+    """
+    params, indices, p, out_shape = _validate_gather_nd(params, indices, batch_dims, negative_index_support)
+    b, negative = p.batch_dims, p.negative_index_support
+    lazy_params, lazy_indices = isinstance(params, da.Array), isinstance(indices, da.Array)
+    if not lazy_indices and not lazy_params:
+        return gather_nd_kernel(params, indices, b, negative)
+    if not lazy_indices:
+        if 0 in out_shape:
+            check_index_values(indices, params.shape[b : b + indices.shape[-1]], negative, b)
+            return _empty(out_shape, params.dtype)
+        return _build_concrete(params, indices, b, negative, out_shape)
+    if indices.numblocks[-1] > 1:
+        indices = indices.rechunk({indices.ndim - 1: -1})
+    if not lazy_params or params.nbytes <= _target_bytes():
+        return _build_broadcast(params, indices, b, negative, out_shape)
+    return _build_shuffle(params, indices, b, negative, out_shape)

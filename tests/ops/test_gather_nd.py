@@ -1,0 +1,297 @@
+"""GatherNd against SPEC's examples, ONNX's reference evaluator and a tuple-at-a-time
+reference; the three Dask plans against the NumPy path; index errors; sparse graphs."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask.core import get_dependencies
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import ops
+from ops.errors import InvalidArgument
+from tests.helpers import ALL_DTYPES, assert_same, chunkings, compute, dtype_strategy, random_array
+from tests.ops import reference
+
+P2 = np.array([[0, 1], [2, 3]])
+P3 = np.array([[[0, 1], [2, 3]], [[4, 5], [6, 7]]])
+
+
+# --- SPEC's examples --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "params,indices,batch_dims,expected",
+    [
+        (P2, [[0, 0], [1, 1]], 0, [0, 3]),
+        (P2, [[1], [0]], 0, [[2, 3], [0, 1]]),
+        (P3, [[0, 1], [1, 0]], 0, [[2, 3], [4, 5]]),
+        (P3, [[[0, 1]], [[1, 0]]], 0, [[[2, 3]], [[4, 5]]]),
+        (P3, [[1], [0]], 1, [[2, 3], [4, 5]]),  # ONNX's batch_dims=1 example
+    ],
+)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_spec_examples(params, indices, batch_dims, expected, index_dtype):
+    indices = np.array(indices, index_dtype)
+    assert ops.gather_nd(params, indices, batch_dims=batch_dims).tolist() == expected
+    lazy_params = da.from_array(params, chunks=1)
+    assert compute(ops.gather_nd(lazy_params, indices, batch_dims=batch_dims)).tolist() == expected
+    lazy_indices = da.from_array(indices, chunks=1)
+    assert compute(ops.gather_nd(lazy_params, lazy_indices, batch_dims=batch_dims)).tolist() == expected
+
+
+def test_negative_indices_count_from_the_end():
+    assert ops.gather_nd(P2, np.array([[-1, -2], [-2, -1]])).tolist() == [2, 1]
+    assert ops.gather_nd(P3, np.array([[-1]]), batch_dims=0).tolist() == [[[4, 5], [6, 7]]]
+
+
+# --- ONNX's reference evaluator -------------------------------------------------------------
+
+
+def _onnx_gather_nd(params, indices, batch_dims):
+    node = helper.make_node("GatherND", ["data", "indices"], ["y"], batch_dims=batch_dims)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("data", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return ReferenceEvaluator(model).run(None, {"data": params, "indices": indices})[0]
+
+
+@pytest.mark.parametrize(
+    "params_shape,lead,c,batch_dims",
+    [((5, 4, 3), (6,), 1, 0), ((5, 4, 3), (2, 3), 2, 0), ((5, 4, 3), (7,), 3, 0),
+     ((3, 4, 5), (3, 2), 1, 1), ((3, 4, 5, 2), (3, 6), 2, 1), ((2, 3, 4, 5), (2, 3, 4), 1, 2)],
+)
+def test_matches_onnx(params_shape, lead, c, batch_dims):
+    rng = np.random.default_rng(len(lead) + c)
+    params = rng.standard_normal(params_shape).astype(np.float32)
+    dims = params_shape[batch_dims : batch_dims + c]
+    indices = np.stack([rng.integers(-s, s, size=lead) for s in dims], axis=-1).astype(np.int64)
+    expected = _onnx_gather_nd(params, indices, batch_dims)
+    assert_same(ops.gather_nd(params, indices, batch_dims=batch_dims), expected)
+    lazy = da.from_array(params, chunks=2)
+    assert_same(compute(ops.gather_nd(lazy, indices, batch_dims=batch_dims)), expected)
+
+
+# --- every dtype, and the Dask plans against NumPy --------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_every_dtype(dtype):
+    rng = np.random.default_rng(3)
+    params = random_array(rng, (4, 3, 2), dtype)
+    indices = rng.integers(-3, 3, size=(5, 2)).astype(np.int32)
+    expected = reference.gather_nd(params, indices)
+    assert_same(ops.gather_nd(params, indices), expected)
+    assert_same(compute(ops.gather_nd(da.from_array(params, chunks=(3, 2, 1)), indices)), expected)
+
+
+@st.composite
+def gather_cases(draw):
+    r = draw(st.integers(1, 4))
+    params_shape = tuple(draw(st.lists(st.integers(1, 4), min_size=r, max_size=r)))
+    b = draw(st.integers(0, r - 1))
+    c = draw(st.integers(1, r - b))
+    extra = draw(st.lists(st.integers(0, 3), max_size=2))
+    lead = params_shape[:b] + tuple(extra)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dims = params_shape[b : b + c]
+    negative = draw(st.booleans())
+    low = (lambda s: -s) if negative else (lambda s: 0)
+    indices = np.stack([rng.integers(low(s), s, size=lead) for s in dims], axis=-1)
+    indices = indices.astype(draw(st.sampled_from([np.int32, np.int64])))
+    params = random_array(rng, params_shape, draw(dtype_strategy))
+    return params, indices, b, negative, draw(chunkings(params.shape)), draw(chunkings(indices.shape))
+
+
+@given(gather_cases())
+def test_dask_plans_equal_numpy(case):
+    params, indices, b, negative, params_chunks, indices_chunks = case
+    kwargs = dict(batch_dims=b, negative_index_support=negative)
+    expected = ops.gather_nd(params, indices, **kwargs)
+    assert_same(expected, reference.gather_nd(params, indices, b))
+    lazy_params = da.from_array(params, chunks=params_chunks)
+    lazy_indices = da.from_array(indices, chunks=indices_chunks)
+    assert_same(compute(ops.gather_nd(lazy_params, indices, **kwargs)), expected)  # concrete
+    assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # broadcast
+    assert_same(compute(ops.gather_nd(params, lazy_indices, **kwargs)), expected)
+    with dask.config.set({"array.chunk-size": "1B"}):  # force the shuffle plan
+        assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)
+
+
+def test_empty_indices_and_empty_slices():
+    assert ops.gather_nd(P3, np.zeros((0, 2), np.int64)).shape == (0, 2)
+    assert ops.gather_nd(np.zeros((0, 3)), np.zeros((0, 1), np.int32)).shape == (0, 3)
+    lazy = da.from_array(P3, chunks=1)
+    assert compute(ops.gather_nd(lazy, np.zeros((2, 0, 1), np.int64))).shape == (2, 0, 2, 2)
+    assert compute(ops.gather_nd(lazy, da.zeros((0, 2), dtype=np.int64))).shape == (0, 2)
+    assert ops.gather_nd(np.zeros((3, 0)), np.array([[1], [2]])).shape == (2, 0)
+
+
+# --- index errors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lazy", ["numpy", "concrete", "broadcast", "shuffle"])
+def test_first_bad_index_is_named(lazy):
+    params = np.arange(5 * 5).reshape(5, 5)
+    indices = np.array([[0, 0], [1, 2], [4, 1], [3, 7], [9, 9]], np.int64)
+
+    def run(p, i):
+        if lazy == "numpy":
+            return ops.gather_nd(p, i)
+        if lazy == "concrete":  # checked while building the graph
+            return ops.gather_nd(da.from_array(p, chunks=2), i).compute()
+        with dask.config.set({"array.chunk-size": "1B" if lazy == "shuffle" else "128MiB"}):
+            return ops.gather_nd(da.from_array(p, chunks=2), da.from_array(i, chunks=(5, 2))).compute()
+
+    with pytest.raises(IndexError, match=r"^indices\[3, 1\] = 7 is out of range for dimension 1 of size 5 \(allowed -5..4\)$"):
+        run(params, indices)
+    negative = np.array([[0, 0], [0, -1]])
+    assert run(params, negative).tolist() == [0, 4]
+    with pytest.raises(IndexError, match=r"indices\[0, 0\] = -6 is out of range for dimension 0 of size 5"):
+        run(params, np.array([[-6, 0]]))
+
+
+def test_lazy_index_errors_name_the_global_position():
+    params = da.from_array(np.arange(10), chunks=5)
+    indices = da.from_array(np.array([[1], [2], [3], [4], [10], [5]]), chunks=2)
+    lazy = ops.gather_nd(params, indices)  # building checks nothing
+    with pytest.raises(IndexError, match=r"indices\[4, 0\] = 10 is out of range for dimension 0 of size 10"):
+        lazy.compute()
+
+
+def test_negative_indices_refused_without_support():
+    with pytest.raises(IndexError, match=r"indices\[1, 0\] = -1 is out of range for dimension 0 of size 2 \(allowed 0..1, negative_index_support=False\)"):
+        ops.gather_nd(P2, np.array([[0, 0], [-1, 0]]), negative_index_support=False)
+
+
+def test_batch_dims_error_names_the_params_dimension():
+    with pytest.raises(IndexError, match=r"indices\[1, 0\] = 2 is out of range for dimension 1 of size 2"):
+        ops.gather_nd(P3, np.array([[1], [2]]), batch_dims=1)
+
+
+def test_indices_into_an_empty_dimension():
+    with pytest.raises(IndexError, match=r"dimension 1 of size 0 \(allowed none: the dimension is empty\)"):
+        ops.gather_nd(np.zeros((2, 0, 3)), np.array([[1, 0]]))
+    with pytest.raises(IndexError, match=r"dimension 0 of size 0"):
+        ops.gather_nd(da.zeros((0, 3), chunks=1), np.array([[0]]))
+
+
+# --- bad arguments -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "params,indices,kwargs,match",
+    [
+        (P2, np.array([[0.0, 1.0]]), {}, r"indices dtype must be int32 or int64, got float64"),
+        (P2, np.array([[0, 1]], np.int16), {}, r"indices dtype must be int32 or int64, got int16"),
+        (P2, np.array([[0, 1]], np.uint64), {}, r"got uint64"),
+        (P2, np.array([[True, False]]), {}, r"got bool"),
+        (P2, np.zeros((2, 0), np.int64), {}, r"indices.shape\[-1\] \(the index tuple length\) must be in 1..rank\(params\) - batch_dims = 2, got 0"),
+        (P2, np.zeros((2, 3), np.int64), {}, r"must be in 1..rank\(params\) - batch_dims = 2, got 3"),
+        (P3, np.zeros((2, 3), np.int64), {"batch_dims": 1}, r"must be in 1..rank\(params\) - batch_dims = 2, got 3"),
+        (P3, np.zeros((2, 1), np.int64), {"batch_dims": 2}, r"batch_dims must be < min\(rank\(indices\), rank\(params\)\) = 2, got 2"),
+        (P3, np.zeros((3, 1), np.int64), {"batch_dims": 1}, r"the first batch_dims = 1 dims of params and indices must be equal, got \[2\] and \[3\]"),
+        (P3, np.zeros((2, 1), np.int64), {"batch_dims": -1}, r"batch_dims must be >= 0, got -1"),
+        (P3, np.zeros((2, 1), np.int64), {"batch_dims": 1.0}, r"batch_dims must be an integer, got float"),
+        (P3, np.zeros((2, 1), np.int64), {"negative_index_support": 1}, r"negative_index_support: Input should be a valid boolean, got 1"),
+        (np.array(5), np.zeros((1,), np.int64), {}, r"params must have rank >= 1, got rank 0"),
+        (P2, np.array(0, np.int64), {}, r"indices must have rank >= 1, got rank 0"),
+        (np.array([["a", "b"]]), np.zeros((1, 1), np.int64), {}, r"params dtype must be one of"),
+        (np.array([[object()]]), np.zeros((1, 1), np.int64), {}, r"params dtype must be one of"),
+    ],
+)
+def test_bad_arguments(params, indices, kwargs, match):
+    with pytest.raises(InvalidArgument, match=match):
+        ops.gather_nd(params, indices, **kwargs)
+
+
+# --- graphs -------------------------------------------------------------------------------
+
+
+def _params_blocks_read(y, params_name):
+    graph = dict(y.__dask_graph__())
+    needed, stack, seen = set(), [k for k in _flat(y.__dask_keys__())], set()
+    while stack:
+        key = stack.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        for dep in get_dependencies(graph, key):
+            if isinstance(dep, tuple) and dep[0] == params_name:
+                needed.add(dep)
+            else:
+                stack.append(dep)
+    return needed
+
+
+def _flat(keys):
+    for k in keys:
+        if isinstance(k, list):
+            yield from _flat(k)
+        else:
+            yield k
+
+
+def test_sparse_gather_reads_only_hit_blocks():
+    # A 10^4 x 10^4 lazy table in 10,000 blocks; three points hit two blocks.
+    params = da.ones((10_000, 10_000), chunks=(100, 100), dtype=np.float32)
+    indices = np.array([[5, 5], [50, 99], [9_999, 0]])
+    y = ops.gather_nd(params, indices)
+    assert _params_blocks_read(y, params.name) == {(params.name, 0, 0), (params.name, 99, 0)}
+    assert y.compute().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_row_gather_reads_only_hit_row_blocks_and_keeps_column_chunks():
+    params = da.from_array(np.arange(60).reshape(20, 3), chunks=(5, 2))
+    y = ops.gather_nd(params, np.array([[0], [19], [1]]))
+    assert y.chunks == ((3,), (2, 1))
+    assert {k[1] for k in _params_blocks_read(y, params.name)} == {0, 3}
+    assert_same(y.compute(), np.arange(60).reshape(20, 3)[[0, 19, 1]])
+
+
+def test_shuffle_plan_reads_each_params_block_once():
+    params = da.from_array(np.arange(64).reshape(16, 4), chunks=(4, 4))
+    indices = da.from_array(np.arange(16).reshape(16, 1)[::-1], chunks=4)
+    with dask.config.set({"array.chunk-size": "64B"}):
+        y = ops.gather_nd(params, indices)
+    graph = dict(y.__dask_graph__())
+    readers = {}
+    for key in graph:
+        for dep in get_dependencies(graph, key):
+            if isinstance(dep, tuple) and dep[0] == params.name:
+                readers.setdefault(dep, []).append(key)
+    assert len(readers) == params.npartitions
+    assert all(len(keys) == 1 for keys in readers.values())  # one serve task per block
+    out_keys = set(_flat(y.__dask_keys__()))
+    assert not any(k in out_keys for keys in readers.values() for k in keys)
+    assert_same(y.compute(), np.arange(64).reshape(16, 4)[::-1])
+
+
+def test_broadcast_plan_for_small_params():
+    params = da.from_array(np.arange(12).reshape(4, 3), chunks=2)
+    indices = da.from_array(np.array([[3], [0], [2], [1]]), chunks=(1, 1))
+    y = ops.gather_nd(params, indices)
+    assert y.chunks == ((1, 1, 1, 1), (3,))
+    assert_same(y.compute(), np.arange(12).reshape(4, 3)[[3, 0, 2, 1]])
+
+
+def test_building_computes_nothing():
+    def explode(*args, **kwargs):
+        raise AssertionError("computed")
+
+    params = da.ones((100, 4), chunks=10)
+    indices = da.from_array(np.array([[1], [2]]), chunks=1)
+    with dask.config.set(scheduler=explode):
+        ops.gather_nd(params, indices)
+        ops.gather_nd(params, np.array([[1], [2]]))
+        with dask.config.set({"array.chunk-size": "1B"}):
+            ops.gather_nd(params, indices)
