@@ -16,9 +16,6 @@ Ratios are taken within one run; machines here are shared and noisy.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -28,26 +25,7 @@ import dask.array as da
 import numpy as np
 
 import ops
-
-CORES = os.cpu_count() or 1
-
-
-def best_seconds(run: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = run()
-        best = min(best, time.perf_counter() - started)
-        del result
-    return best
-
-
-def parallel_copy(dst: np.ndarray, src: np.ndarray, pool: ThreadPoolExecutor) -> None:
-    """np.copyto split into one contiguous slice per core (NumPy releases the GIL)."""
-    flat_dst, flat_src = dst.reshape(-1), src.reshape(-1)
-    edges = np.linspace(0, flat_src.size, CORES + 1).astype(int)
-    list(pool.map(lambda k: np.copyto(flat_dst[edges[k]:edges[k + 1]], flat_src[edges[k]:edges[k + 1]]), range(CORES)))
-
+from bench.common import CORES, best_seconds, gbps, machine, parallel_copy
 
 @dataclass
 class Case:
@@ -114,6 +92,7 @@ def run(scale: int, repeat: int) -> None:
     rng = np.random.default_rng(0)
     pool = ThreadPoolExecutor(CORES)
     print(machine())
+    print("GB/s = (bytes read + bytes written) / best time; copy columns move the input's bytes once.\n")
     header = (
         "| operator | MiB in | NumPy path | Dask path | plain expr | copyto 1 core | copyto all cores"
         " | x.copy() | NumPy / plain | Dask / all-core copy |"
@@ -136,7 +115,6 @@ def run(scale: int, repeat: int) -> None:
             t_copy = best_seconds(lambda: np.copyto(dst, x), repeat)
             t_copy_all = best_seconds(lambda: parallel_copy(dst, x, pool), repeat)
             t_fresh = best_seconds(lambda: x.copy(), repeat)
-            gbps = lambda nbytes, t: nbytes / t / 1e9  # noqa: E731
             numpy_rate, dask_rate = gbps(moved, t_numpy), gbps(moved, t_dask)
             plain_rate, all_copy = gbps(moved, t_plain), gbps(copy_bytes, t_copy_all)
             print(
@@ -147,23 +125,6 @@ def run(scale: int, repeat: int) -> None:
                 flush=True,
             )
             del x, y, dst, lazy_input
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    import numba
-
-    return (
-        f"machine: {cpu}, {CORES} cores, {memory:.0f} GiB; Python {platform.python_version()}, "
-        f"NumPy {np.__version__}, Dask {dask.__version__}, numba {numba.__version__}\n"
-        "GB/s = (bytes read + bytes written) / best time; copy columns move the input's bytes once.\n"
-    )
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ bit.
 
 Kernel: the plain expression materialises two full float32 temporaries. The kernel instead
 walks the rows in tiles of ``_TILE`` elements, so the float32 temporary stays in cache and
-each tile is read once and written once.
+each tile is read once and written once; float16 results are rounded by a compiled copy of
+NumPy's own conversion (``ops/_half.py``), which NumPy itself runs in slow software.
 
 Dask plan: row blocks with all n columns in one chunk; per-row scales are chunked with the
 rows, and for per_group with k_dim=0 the row chunks are aligned to multiples of group_size so
@@ -25,6 +26,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _chunks, _validate, dtypes
+from ops._half import float32_to_float16
 from ops.errors import InvalidArgument
 from schemas import AscendDequantParams
 
@@ -68,7 +70,10 @@ def _scaled(src_tile, scale_tile, out_tile):
         np.copyto(temp, src_tile, casting="unsafe")
     else:
         np.multiply(src_tile, scale_tile, out=temp, dtype=F32, casting="unsafe")
-    np.copyto(out_tile, temp, casting="unsafe")
+    if out_tile.dtype == np.float16:
+        float32_to_float16(temp, out_tile)  # NumPy's own rounding, compiled (ops/_half.py)
+    else:
+        np.copyto(out_tile, temp, casting="unsafe")
 
 
 def dequant_kernel(src, scale, layout: str, dst_dtype, limit: int, group_size: int, n_out: int, row0: int = 0):

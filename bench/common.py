@@ -1,0 +1,52 @@
+"""Shared by the benchmarks: timing, the memory-copy yardsticks and the machine line."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import dask
+import numpy as np
+
+CORES = os.cpu_count() or 1
+
+
+def best_seconds(run: Callable[[], object], repeat: int) -> float:
+    """The best of ``repeat`` wall-clock times (results are dropped between runs)."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - started)
+        del result
+    return best
+
+
+def gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+def parallel_copy(dst: np.ndarray, src: np.ndarray, pool: ThreadPoolExecutor) -> None:
+    """np.copyto split into one contiguous slice per core (NumPy releases the GIL)."""
+    flat_dst, flat_src = dst.reshape(-1), src.reshape(-1)
+    edges = np.linspace(0, flat_src.size, CORES + 1).astype(int)
+    list(pool.map(lambda k: np.copyto(flat_dst[edges[k]:edges[k + 1]], flat_src[edges[k]:edges[k + 1]]), range(CORES)))
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import numba
+
+    return (
+        f"machine: {cpu}, {CORES} cores, {memory:.0f} GiB; Python {platform.python_version()}, "
+        f"NumPy {np.__version__}, Dask {dask.__version__}, numba {numba.__version__}\n"
+    )
