@@ -219,8 +219,13 @@ def _buckets(hit: np.ndarray, count: int):
     # A stable sort of small integer keys is a radix sort in NumPy: linear time.
     keys = hit.astype(np.uint16) if count <= 2**16 else hit
     order = np.argsort(keys, kind="stable")
-    hits, starts = np.unique(hit[order], return_index=True)
-    return order, hits, starts, [*starts[1:], len(order)]
+    sizes = np.bincount(hit, minlength=count) if count <= 2**20 else None
+    if sizes is None:
+        hits, starts = np.unique(hit[order], return_index=True)
+        return order, hits, starts, [*starts[1:], len(order)]
+    hits = np.flatnonzero(sizes)
+    stops = np.cumsum(sizes)[hits]
+    return order, hits, stops - sizes[hits], stops
 
 
 def _gather_bucket(block, local):
