@@ -2,14 +2,13 @@
 
 ``y = dst(f32(src) * f32(scale))`` with the scale chosen per column (classic), per row
 (per_token) or per group of rows or columns (per_group); elements outside ``calc_count`` pass
-through as ``dst(f32(src))``. Every rounding is NumPy's / ml_dtypes' own round-to-nearest-even
-cast, so results equal the plain expression ``(src.astype(f32) * scale).astype(dst)`` bit for
-bit.
+through as ``dst(f32(src))``. Every rounding is NumPy's / ml_dtypes' own round-to-nearest-even, so
+results equal the plain expression ``(src.astype(f32) * scale).astype(dst)`` bit for bit.
 
-Kernel: the plain expression materialises two full float32 temporaries. The kernel instead
-walks the rows in tiles of ``_TILE`` elements, so the float32 temporary stays in cache and
-each tile is read once and written once; float16 results are rounded by a compiled copy of
-NumPy's own conversion (``ops/_half.py``), which NumPy itself runs in slow software.
+Kernel: the plain expression materialises two full float32 temporaries. The kernel is one
+compiled pass instead: each row's float32 products go to a row buffer that stays in cache and
+are rounded from there with NumPy's and ml_dtypes' own algorithms (``ops/_float_bits.py``),
+so src is read once and the result written once, with the GIL released.
 
 Dask plan: row blocks with all n columns in one chunk; per-row scales are chunked with the
 rows, and for per_group with k_dim=0 the row chunks are aligned to multiples of group_size so
@@ -22,18 +21,17 @@ import math
 import numbers
 
 import dask.array as da
+import numba
 import numpy as np
 from dask.base import tokenize
 
 from ops import _chunks, _validate, dtypes
-from ops._half import float32_to_float16
+from ops._float_bits import bfloat16_bits, half_bits
 from ops.errors import InvalidArgument
 from schemas import AscendDequantParams
 
 F32 = np.dtype(np.float32)
 _DST = {"float16": np.dtype(np.float16), "bfloat16": dtypes.bfloat16, "float32": F32}
-# Elements per tile: a 256 KiB float32 temporary, well inside L2.
-_TILE = 1 << 16
 
 # Supported combinations (SPEC.md). Classic: (dst, scale) for vector and scalar scales.
 CLASSIC_VECTOR = [("float16", "uint64"), ("float32", "float32"), ("float32", "bfloat16"),
@@ -48,6 +46,8 @@ POLICY_PAIRS = [("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "f
 # ---------------------------------------------------------------------------------------------
 # NumPy kernel
 
+NO_LIMIT = np.iinfo(np.int64).max
+
 
 def scale_as_float32(scale: np.ndarray) -> np.ndarray:
     """Scale values in float32: exact for float16/bfloat16; uint64 carries them in its low 32 bits."""
@@ -56,68 +56,65 @@ def scale_as_float32(scale: np.ndarray) -> np.ndarray:
     return scale.astype(F32)
 
 
-@np.errstate(over="ignore", invalid="ignore")  # overflow to inf and NaN are IEEE results here
-def _scaled(src_tile, scale_tile, out_tile):
-    """out = dst(f32(src) * scale) for one tile; scale_tile broadcasts, None means unscaled."""
-    if out_tile.dtype == F32:
-        if scale_tile is None:
-            np.copyto(out_tile, src_tile, casting="unsafe")
+@numba.njit(nogil=True, cache=True)
+def _dequant_rows(src, src_bits, scale, row_div, col_div, row_limit, col_limit, row0, out, kind):  # pragma: no cover - compiled
+    """out[i, :n] = dst(f32(src[i, j]) * scale[r, c]) for one row block (global rows from row0).
+
+    r = (row0 + i) // row_div relative to the block's first scale row (0 when row_div == 0);
+    c = j // col_div (0 when col_div == 0). Elements with row0 + i >= row_limit or
+    j >= col_limit are not scaled. ``kind`` picks the rounding of ``out``'s bits:
+    0 float32 (as uint32), 1 float16, 2 bfloat16 (as uint16).
+    """
+    rows, n = src.shape
+    product = np.empty(n, np.float32)
+    bits = product.view(np.uint32)
+    first = row0 // row_div if row_div else 0
+    for i in range(rows):
+        r = (row0 + i) // row_div - first if row_div else 0
+        scaled = col_limit if row0 + i < row_limit else 0
+        if col_div == 1:
+            for j in range(scaled):
+                product[j] = np.float32(src[i, j]) * scale[r, j]
+        elif col_div == 0:
+            factor = scale[r, 0]
+            for j in range(scaled):
+                product[j] = np.float32(src[i, j]) * factor
         else:
-            np.multiply(src_tile, scale_tile, out=out_tile, dtype=F32, casting="unsafe")
-        return
-    temp = np.empty(src_tile.shape, F32)
-    if scale_tile is None:
-        np.copyto(temp, src_tile, casting="unsafe")
-    else:
-        np.multiply(src_tile, scale_tile, out=temp, dtype=F32, casting="unsafe")
-    if out_tile.dtype == np.float16:
-        float32_to_float16(temp, out_tile)  # NumPy's own rounding, compiled (ops/_half.py)
-    else:
-        np.copyto(out_tile, temp, casting="unsafe")
+            for j in range(scaled):
+                product[j] = np.float32(src[i, j]) * scale[r, j // col_div]
+        for j in range(scaled):
+            # NaN * NaN: IEEE leaves the payload open; take src's, quieted, as x86 (and so
+            # NumPy's multiply) does, rather than whichever operand LLVM put first.
+            if product[j] != product[j] and src[i, j] != src[i, j]:
+                bits[j] = src_bits[i, j] | np.uint32(0x400000)
+        for j in range(scaled, n):
+            product[j] = np.float32(src[i, j])
+        if kind == 0:
+            for j in range(n):
+                out[i, j] = bits[j]
+        elif kind == 1:
+            for j in range(n):
+                out[i, j] = half_bits(bits[j])
+        else:
+            for j in range(n):
+                out[i, j] = bfloat16_bits(bits[j])
 
 
-def dequant_kernel(src, scale, layout: str, dst_dtype, limit: int, group_size: int, n_out: int, row0: int = 0):
-    """AscendDequant of one NumPy row block ``src`` [rows, n] (global rows row0 .. row0+rows).
+def dequant_kernel(src, scale, plan, dst_dtype, n_out: int, row0: int = 0) -> np.ndarray:
+    """AscendDequant of one NumPy row block ``src`` [rows, n] (global rows row0 ...).
 
-    ``scale`` is float32, laid out by ``layout``:
-    - "columns": [>= limit] per column or a 0-d scalar, columns >= ``limit`` unscaled;
-    - "rows": [rows, 1] per row; "row_groups": [rows, ceil(n/g)] per (row, column group);
-      "column_groups": [ceil(m/g), n] per (row group, column) with global row groups.
-      For these three, global rows >= ``limit`` are unscaled.
-    The result has ``n_out >= n`` columns; the extra ones are zero.
+    ``scale`` is 2-D and ``plan = (row_div, col_div, row_limit, col_limit)`` says how it maps
+    onto the elements (see ``_dequant_rows``). The result has ``n_out >= n`` columns; the
+    extra ones are zero.
     """
     rows, n = src.shape
     y = (np.zeros if n_out > n else np.empty)((rows, n_out), dst_dtype)
-    if rows == 0 or n == 0:
-        return y
-    if layout == "columns":
-        step = max(1, _TILE // n)
-        for r in range(0, rows, step):
-            block, out = src[r : r + step], y[r : r + step]
-            _scaled(block[:, :limit], scale[:limit] if scale.ndim else scale, out[:, :limit])
-            if limit < n:
-                _scaled(block[:, limit:], None, out[:, limit:n])
-        return y
-    step = max(1, _TILE // n)
-    for r in range(0, rows, step):
-        stop = min(r + step, rows)
-        block, out = src[r:stop], y[r:stop, :n]
-        scaled_rows = max(0, min(stop, limit - row0) - r)
-        if scaled_rows:
-            _scaled(block[:scaled_rows], _row_scales(scale, layout, r, r + scaled_rows, row0, group_size, n), out[:scaled_rows])
-        if scaled_rows < stop - r:
-            _scaled(block[scaled_rows:], None, out[scaled_rows:])
+    kind = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}.get(np.dtype(dst_dtype), 2)
+    bits = y.view(np.uint32 if kind == 0 else np.uint16)
+    row_div, col_div, row_limit, col_limit = plan
+    _dequant_rows(src, src.view(np.uint32), scale_as_float32(scale), row_div, col_div,
+                  row_limit, col_limit, row0, bits, kind)
     return y
-
-
-def _row_scales(scale, layout, start, stop, row0, group_size, n):
-    """The scale of rows [start, stop) of the block, broadcastable to [stop - start, n]."""
-    if layout == "rows":
-        return scale[start:stop]
-    if layout == "row_groups":
-        return np.repeat(scale[start:stop], group_size, axis=1)[:, :n]
-    groups = (np.arange(row0 + start, row0 + stop) // group_size) - row0 // group_size
-    return scale[groups]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,56 +240,65 @@ def _output_columns(n: int, dst_dtype, align: bool) -> int:
 
 
 def _plan(src_shape, scale, p, cc):
-    """(layout, scale arranged for it, limit): the shape-level decisions of the kernel."""
+    """(scale as 2-D, (row_div, col_div, row_limit, col_limit)): how scales map onto elements."""
     m, n = src_shape
     if p.policy is None:
+        limit = cc
         per_row = 32 // np.dtype(_DST[p.dst_dtype]).itemsize
         if p.mode == "single_row" and m == 1 and cc % per_row == 0 and n % cc == 0:
             # The device reads the row as [n / calc_count, calc_count]: every element is
             # scaled, by scale[j % calc_count].
+            limit = n
             if scale.ndim == 1:
                 scale = (da.tile if isinstance(scale, da.Array) else np.tile)(scale[:cc], n // cc)
-            return "columns", scale, n
-        return "columns", scale, cc
-    limit = cc // n if n else 0
+        if scale.ndim == 0:
+            return scale.reshape(1, 1), (0, 0, NO_LIMIT, limit)
+        return scale.reshape(1, -1), (0, 1, NO_LIMIT, limit)
+    rows = cc // n if n else 0
     if p.policy == "per_token":
-        return "rows", scale.reshape(m, 1), limit
-    return ("column_groups" if p.k_dim == 0 else "row_groups"), scale, limit
+        return scale.reshape(m, 1), (1, 0, rows, n)
+    if p.k_dim == 0:
+        return scale, (p.group_size, 1, rows, n)
+    return scale, (1, p.group_size, rows, n)
 
 
 # ---------------------------------------------------------------------------------------------
 # Dask builder
 
 
-def _dequant_block(src, scale, layout, dst_dtype, limit, group_size, n_out, block_info=None):
+def _dequant_block(src, scale, plan, dst_dtype, n_out, block_info=None):
     row0 = block_info[0]["array-location"][0][0]
-    return dequant_kernel(src, scale_as_float32(scale), layout, dst_dtype, limit, group_size, n_out, row0)
+    return dequant_kernel(src, scale, plan, dst_dtype, n_out, row0)
 
 
-def dequant_chunks(row_chunks, layout: str, group_size):
-    """Plan: (src row chunks, scale row chunks or None). Columns are always one chunk."""
-    if layout == "columns":
+def dequant_chunks(row_chunks, row_div: int):
+    """Plan: (src row chunks, scale row chunks or None). Columns are always one chunk.
+
+    ``row_div`` 0: one scale row for all (classic); 1: a scale row per src row; g: one per
+    g rows, with src row chunks aligned to multiples of g.
+    """
+    if row_div == 0:
         return row_chunks, None
-    if layout == "column_groups":
-        row_chunks = _chunks.align(row_chunks, group_size)
-        return row_chunks, tuple(-(-c // group_size) for c in row_chunks)
+    if row_div > 1:
+        row_chunks = _chunks.align(row_chunks, row_div)
+        return row_chunks, tuple(-(-c // row_div) for c in row_chunks)
     return row_chunks, row_chunks
 
 
-def _build(src: da.Array, scale, layout, dst_dtype, limit, group_size, n_out):
-    row_chunks, scale_rows = dequant_chunks(src.chunks[0], layout, group_size)
+def _build(src: da.Array, scale, plan, dst_dtype, n_out):
+    row_chunks, scale_rows = dequant_chunks(src.chunks[0], plan[0])
     if src.chunks != (row_chunks, (src.shape[1],)):
         src = src.rechunk((row_chunks, (src.shape[1],)))
     # Scales ride along as a second array, matched to src blocks by position (map_blocks):
     # whole (classic) or chunked with the rows.
-    chunks = tuple((k,) for k in scale.shape) if scale_rows is None else (scale_rows, (scale.shape[1],))
+    chunks = ((scale.shape[0],) if scale_rows is None else scale_rows, (scale.shape[1],))
     if isinstance(scale, da.Array):
         scale = scale.rechunk(chunks)
     else:
         scale = da.from_array(np.asarray(scale), chunks=chunks)
-    token = tokenize(src, scale, layout, dst_dtype, limit, group_size, n_out)
+    token = tokenize(src, scale, plan, dst_dtype, n_out)
     return da.map_blocks(
-        _dequant_block, src, scale, layout, dst_dtype, limit, group_size, n_out,
+        _dequant_block, src, scale, plan, dst_dtype, n_out,
         chunks=(row_chunks, (n_out,)), dtype=dst_dtype, meta=np.empty((0, 0), dst_dtype),
         name=f"ascend_dequant-{token}",
     )
@@ -318,9 +324,9 @@ def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_r
     )
     dst = _DST[p.dst_dtype]
     n_out = _output_columns(src.shape[1], dst, p.align_output)
-    layout, scale, limit = _plan(src.shape, scale, p, cc)
+    scale, plan = _plan(src.shape, scale, p, cc)
     if isinstance(src, da.Array):
-        return _build(src, scale, layout, dst, limit, p.group_size, n_out)
+        return _build(src, scale, plan, dst, n_out)
     if isinstance(scale, da.Array):
         scale = scale.compute()  # a NumPy src is computed eagerly, so is its scale
-    return dequant_kernel(src, scale_as_float32(np.asarray(scale)), layout, dst, limit, p.group_size, n_out)
+    return dequant_kernel(src, np.asarray(scale), plan, dst, n_out)

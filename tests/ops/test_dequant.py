@@ -214,10 +214,10 @@ def test_align_output_layout():
 
 
 def test_row_block_plan():
-    assert dequant_chunks((5, 5, 5), "columns", None) == ((5, 5, 5), None)
-    assert dequant_chunks((5, 5, 5), "rows", None) == ((5, 5, 5), (5, 5, 5))
-    # 40 -> 32; 80 is as near 64 as 96, and ties go up.
-    assert dequant_chunks((40, 40, 20), "column_groups", 32) == ((32, 64, 4), (1, 2, 1))
+    assert dequant_chunks((5, 5, 5), 0) == ((5, 5, 5), None)  # classic: one scale row
+    assert dequant_chunks((5, 5, 5), 1) == ((5, 5, 5), (5, 5, 5))  # a scale row per row
+    # Row groups of 32: 40 -> 32; 80 is as near 64 as 96, and ties go up.
+    assert dequant_chunks((40, 40, 20), 32) == ((32, 64, 4), (1, 2, 1))
 
 
 def test_dask_blocks_are_row_blocks():
