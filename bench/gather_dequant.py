@@ -60,7 +60,7 @@ def dequant(scale: int, repeat: int) -> None:
     rng = np.random.default_rng(1)
     side = 8192 // scale
     src = rng.integers(-2**20, 2**20, size=(side, side), dtype=np.int32)
-    lazy_src = da.from_array(src, chunks=(side // 8, side))
+    lazy_src = da.from_array(src, chunks=(side // 16, side))
     pool = ThreadPoolExecutor(CORES)
     copy_dst = np.empty_like(src)
     copy_dst.fill(0)
