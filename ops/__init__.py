@@ -4,7 +4,7 @@ Each public function takes a NumPy array (and returns the computed NumPy result)
 array (and returns a lazy Dask array built block by block, never materialising the input).
 """
 
-from ops import dtypes, errors
+from ops import accessor, dtypes, errors  # accessor: registers DataArray.ops / Dataset.ops
 from ops.dequant import ascend_dequant
 from ops.depth_space import depth_to_space, space_to_depth
 from ops.errors import InvalidArgument
@@ -12,6 +12,7 @@ from ops.gather_nd import gather_nd
 from ops.space_batch import batch_to_space_nd, space_to_batch, space_to_batch_nd
 
 __all__ = [
+    "accessor",
     "InvalidArgument",
     "ascend_dequant",
     "batch_to_space_nd",
