@@ -19,6 +19,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.rearrange
+	$(BIN)/python -m bench.gather_dequant
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
