@@ -124,7 +124,6 @@ def run(scale: int, repeat: int) -> None:
                 f"{dask_rate / all_copy:.2f}x |",
                 flush=True,
             )
-            del x, y, dst, lazy_input
 
 
 def main() -> None:

@@ -145,15 +145,17 @@ def _check_layout(x, data_format: str) -> int:
     return x.shape[_channel_axes(data_format)[0]]
 
 
-def _validate_depth_to_space(x, block_size, data_format, mode):
+def _validated(model, x, block_size, data_format, mode):
+    """(x, params, channel count): the checks both directions share."""
     p = _validate.params(
-        DepthToSpaceParams,
-        block_size=_validate.integer("block_size", block_size),
-        data_format=data_format,
-        mode=mode,
+        model, block_size=_validate.integer("block_size", block_size), data_format=data_format, mode=mode
     )
     x = _validate.array("x", x)
-    channels = _check_layout(x, p.data_format)
+    return x, p, _check_layout(x, p.data_format)
+
+
+def _validate_depth_to_space(x, block_size, data_format, mode):
+    x, p, channels = _validated(DepthToSpaceParams, x, block_size, data_format, mode)
     bs = p.block_size
     if channels % (bs * bs):
         raise InvalidArgument(
@@ -170,14 +172,7 @@ def _validate_depth_to_space(x, block_size, data_format, mode):
 
 
 def _validate_space_to_depth(x, block_size, data_format, mode):
-    p = _validate.params(
-        SpaceToDepthParams,
-        block_size=_validate.integer("block_size", block_size),
-        data_format=data_format,
-        mode=mode,
-    )
-    x = _validate.array("x", x)
-    _check_layout(x, p.data_format)
+    x, p, _ = _validated(SpaceToDepthParams, x, block_size, data_format, mode)
     for axis, label in zip(_spatial_axes(p.data_format), ("height", "width")):
         if x.shape[axis] % p.block_size:
             raise InvalidArgument(

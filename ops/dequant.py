@@ -17,7 +17,6 @@ each block sees whole scale rows.
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import dask.array as da

@@ -139,9 +139,9 @@ def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
         )
     r, q, b = params.ndim, indices.ndim, p.batch_dims
     if r < 1:
-        raise InvalidArgument(f"params must have rank >= 1, got rank 0")
+        raise InvalidArgument("params must have rank >= 1, got rank 0")
     if q < 1:
-        raise InvalidArgument(f"indices must have rank >= 1, got rank 0")
+        raise InvalidArgument("indices must have rank >= 1, got rank 0")
     if b >= min(q, r):
         raise InvalidArgument(
             f"batch_dims must be < min(rank(indices), rank(params)) = {min(q, r)}, got {b}"

@@ -41,7 +41,13 @@ class SpaceToDepthParams(DepthToSpaceParams):
     """SpaceToDepth: the exact inverse of DepthToSpace with the same parameters."""
 
 
-def _check_block_product(block_shape: list[int]) -> None:
+def _check_rows(name: str, rows: list, block_shape: list[int]) -> None:
+    """One (before, after) row per spatial dim, and block sizes whose product fits int64."""
+    if len(rows) != len(block_shape):
+        raise ValueError(
+            f"{name} must have one [before, after] row per block_shape entry "
+            f"({len(block_shape)}), got {len(rows)} rows"
+        )
     if math.prod(block_shape) > INT64_MAX:
         raise ValueError(
             f"block_shape product must fit in int64, got {math.prod(block_shape)} for {block_shape}"
@@ -63,12 +69,7 @@ class SpaceToBatchNDParams(_Params):
 
     @model_validator(mode="after")
     def _rows_match(self):
-        if len(self.paddings) != len(self.block_shape):
-            raise ValueError(
-                f"paddings must have one [before, after] row per block_shape entry "
-                f"({len(self.block_shape)}), got {len(self.paddings)} rows"
-            )
-        _check_block_product(self.block_shape)
+        _check_rows("paddings", self.paddings, self.block_shape)
         return self
 
 
@@ -80,12 +81,7 @@ class BatchToSpaceNDParams(_Params):
 
     @model_validator(mode="after")
     def _rows_match(self):
-        if len(self.crops) != len(self.block_shape):
-            raise ValueError(
-                f"crops must have one [start, end] row per block_shape entry "
-                f"({len(self.block_shape)}), got {len(self.crops)} rows"
-            )
-        _check_block_product(self.block_shape)
+        _check_rows("crops", self.crops, self.block_shape)
         return self
 
 
