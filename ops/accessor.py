@@ -235,7 +235,7 @@ class OpsAccessor:
         rest = [d for d in arr.dims if d != roles["N"] and d not in spatial]
         work = arr.transpose(roles["N"], *spatial, *rest)
         blocks = [block_shape[d] for d in spatial]
-        rows = [tuple(pairs.get(d, (0, 0))) for d in spatial]
+        rows = [pairs.get(d, (0, 0)) for d in spatial]  # ops checks their shape and values
         function = space_to_batch_nd if op == "space_to_batch_nd" else batch_to_space_nd
         data = function(work.data, blocks, rows)
         coords = _kept_coords(arr, {roles["N"], *spatial})
