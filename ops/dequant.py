@@ -145,7 +145,7 @@ def _scale_array(deq_scale):
 
 
 def _type_name(dtype) -> str:
-    return dtypes.name(np.dtype(dtype))
+    return dtypes.name(np.dtype(dtype).newbyteorder("="))  # either byte order is fine
 
 
 def _unsupported(what: str, got: str, pairs, columns: str) -> InvalidArgument:
@@ -165,6 +165,8 @@ def _validate_dequant(src, deq_scale, dst_dtype, calc_count, mode, policy, group
         align_output=align_output,
     )
     src = _validate.array("src", src)
+    if not src.dtype.isnative:  # the compiled kernel reads native words
+        src = src.astype(src.dtype.newbyteorder("="))
     if src.ndim == 1:
         src = src.reshape(1, -1)
     _validate.rank("src", src, "1 or 2 ([n] or [m, n])", src.ndim == 2)

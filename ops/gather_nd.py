@@ -131,7 +131,7 @@ def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
     params = _validate.array("params", params)
     if not isinstance(indices, (np.ndarray, da.Array)):
         indices = np.asarray(indices)
-    if indices.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+    if indices.dtype.newbyteorder("=") not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise InvalidArgument(f"indices dtype must be int32 or int64, got {indices.dtype}")
     if any(math.isnan(n) for n in indices.shape):
         raise InvalidArgument(

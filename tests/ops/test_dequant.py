@@ -200,6 +200,15 @@ def test_policies_equal_plain_expression_and_dask(case):
     assert_same(compute(ops.ascend_dequant(lazy_src, lazy_scale, align_output=align, **kwargs)), y)
 
 
+def test_big_endian_inputs():
+    src = SEED_SRC.astype(">i4")
+    scale = SEED_SCALE.astype(">f4")
+    expected = ops.ascend_dequant(SEED_SRC, SEED_SCALE, dst_dtype="float32", calc_count=6)
+    assert_same(ops.ascend_dequant(src, scale, dst_dtype="float32", calc_count=6), expected)
+    lazy = ops.ascend_dequant(da.from_array(src, chunks=2), scale, dst_dtype="float32", calc_count=6)
+    assert_same(compute(lazy), expected)
+
+
 def test_align_output_layout():
     src = np.ones((2, 8), np.int32)
     assert ops.ascend_dequant(src, 1.0, dst_dtype="bfloat16", align_output=True).shape == (2, 16)

@@ -45,6 +45,11 @@ def test_spec_examples(params, indices, batch_dims, expected, index_dtype):
     assert compute(ops.gather_nd(lazy_params, lazy_indices, batch_dims=batch_dims)).tolist() == expected
 
 
+def test_big_endian_indices_and_params():
+    params = P3.astype(">i8")
+    assert ops.gather_nd(params, np.array([[0, 1], [1, 0]], ">i4")).tolist() == [[2, 3], [4, 5]]
+
+
 def test_negative_indices_count_from_the_end():
     assert ops.gather_nd(P2, np.array([[-1, -2], [-2, -1]])).tolist() == [2, 1]
     assert ops.gather_nd(P3, np.array([[-1]]), batch_dims=0).tolist() == [[[4, 5], [6, 7]]]
