@@ -1,0 +1,50 @@
+"""Every operator on a real Dask cluster: a scheduler and two worker processes on 127.0.0.1
+(graphs must pickle, kernels must compile in fresh processes)."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import ops
+from tests.helpers import assert_same
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, silence_logs=40) as cluster, Client(cluster) as client:
+        yield client
+
+
+def test_operators_on_a_cluster(client):
+    rng = np.random.default_rng(0)
+    image = rng.standard_normal((4, 8, 8, 16)).astype(np.float32)
+    lazy = da.from_array(image, chunks=(1, 4, 4, 16))
+    cases = [
+        (ops.depth_to_space(lazy, 2), ops.depth_to_space(image, 2)),
+        (ops.space_to_depth(lazy, 2, mode="CRD"), ops.space_to_depth(image, 2, mode="CRD")),
+        (ops.space_to_batch(lazy, 2, [1, 1, 0, 2]), ops.space_to_batch(image, 2, [1, 1, 0, 2])),
+        (ops.batch_to_space_nd(lazy, [2, 2], [[1, 0], [0, 1]]), ops.batch_to_space_nd(image, [2, 2], [[1, 0], [0, 1]])),
+    ]
+    points = rng.integers(0, 8, size=(50, 2))
+    cases.append((ops.gather_nd(lazy[0], points),
+                  ops.gather_nd(image[0], points)))
+    lazy_points = da.from_array(points, chunks=(10, 2))
+    cases.append((ops.gather_nd(lazy[0], lazy_points), ops.gather_nd(image[0], points)))
+    acc = rng.integers(-1000, 1000, size=(64, 32), dtype=np.int32)
+    scale = rng.random(64).astype(np.float32)
+    cases.append((ops.ascend_dequant(da.from_array(acc, chunks=(16, 32)), scale, dst_dtype="float16", policy="per_token"),
+                  ops.ascend_dequant(acc, scale, dst_dtype="float16", policy="per_token")))
+    results = client.compute([lazy_result for lazy_result, _ in cases], sync=True)
+    for result, (_, expected) in zip(results, cases):
+        assert_same(result, expected)
+
+
+def test_index_errors_reach_the_client(client):
+    params = da.from_array(np.arange(10), chunks=5)
+    indices = da.from_array(np.array([[1], [12]]), chunks=1)
+    with pytest.raises(IndexError, match=r"indices\[1, 0\] = 12 is out of range for dimension 0 of size 10"):
+        client.compute(ops.gather_nd(params, indices), sync=True)
