@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ops import _chunks, _validate
+from ops import _chunks, _lazy, _validate
 from ops._copy import copy_into
 from ops.errors import InvalidArgument
 from schemas import DepthToSpaceParams, SpaceToDepthParams
@@ -229,7 +229,7 @@ def _blockwise(name, kernel, x: da.Array, plan, *args) -> da.Array:
         kernel, *args,
         chunks=out_chunks,
         dtype=x.dtype,
-        meta=np.empty((0,) * x.ndim, x.dtype),
+        meta=_lazy.meta(x.ndim, x.dtype),
         name=f"{name}-{token}",
     )
 

@@ -24,7 +24,7 @@ import numba
 import numpy as np
 from dask.base import tokenize
 
-from ops import _chunks, _validate, dtypes
+from ops import _chunks, _lazy, _validate, dtypes
 from ops._float_bits import bfloat16_bits, half_bits
 from ops.errors import InvalidArgument
 from schemas import AscendDequantParams
@@ -300,7 +300,7 @@ def _build(src: da.Array, scale, plan, dst_dtype, n_out):
     token = tokenize(src, scale, plan, dst_dtype, n_out)
     return da.map_blocks(
         _dequant_block, src, scale, plan, dst_dtype, n_out,
-        chunks=(row_chunks, (n_out,)), dtype=dst_dtype, meta=np.empty((0, 0), dst_dtype),
+        chunks=(row_chunks, (n_out,)), dtype=dst_dtype, meta=_lazy.meta(2, dst_dtype),
         name=f"ascend_dequant-{token}",
     )
 

@@ -33,7 +33,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
-from ops import _chunks, _validate
+from ops import _chunks, _lazy, _validate
 from ops.errors import InvalidArgument
 from schemas import GatherNdParams
 
@@ -166,14 +166,6 @@ def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
 # Dask builders
 
 
-def _meta(ndim: int, dtype) -> np.ndarray:
-    return np.empty((0,) * ndim, dtype)
-
-
-def _empty(shape, dtype) -> da.Array:
-    return da.zeros(shape, dtype=dtype, chunks=tuple((n,) for n in shape))
-
-
 def _target_bytes() -> int:
     return parse_bytes(dask.config.get("array.chunk-size"))
 
@@ -294,7 +286,7 @@ def _build_concrete(params: da.Array, indices: np.ndarray, b: int, negative: boo
             pieces = [[(gather_name, h, *s), lo, hi, pos] for h, lo, hi, pos in parts.get(o, [])]
             layer[(name, *lead_index, *s)] = (_assemble, shape, params.dtype, len(lead), pieces)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[params])
-    return da.Array(graph, name, chunks=(*lead_chunks, *slice_chunks), meta=_meta(len(out_shape), params.dtype))
+    return da.Array(graph, name, chunks=(*lead_chunks, *slice_chunks), meta=_lazy.meta(len(out_shape), params.dtype))
 
 
 def _gather_block(params, indices, b: int, negative: bool, offset):
@@ -326,7 +318,7 @@ def _build_broadcast(params, indices: da.Array, b: int, negative: bool, out_shap
     }
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
     chunks = (*lead_chunks, *((n,) for n in params.shape[b + c :]))
-    return da.Array(graph, name, chunks=chunks, meta=_meta(len(out_shape), params.dtype))
+    return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))
 
 
 def _split_requests(indices, params_shape, params_chunks, b, negative, offset):
@@ -395,7 +387,7 @@ def _build_shuffle(params: da.Array, indices: da.Array, b: int, negative: bool, 
             )
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
     chunks = (*indices.chunks[:-1], *params.chunks[merged:])
-    return da.Array(graph, name, chunks=chunks, meta=_meta(len(out_shape), params.dtype))
+    return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,7 +412,7 @@ def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True):
     if not lazy_indices:
         if 0 in out_shape:
             check_index_values(indices, params.shape[b : b + indices.shape[-1]], negative, b)
-            return _empty(out_shape, params.dtype)
+            return _lazy.empty(out_shape, params.dtype)
         return _build_concrete(params, indices, b, negative, out_shape)
     if indices.numblocks[-1] > 1:
         indices = indices.rechunk({indices.ndim - 1: -1})

@@ -30,7 +30,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _chunks, _validate
+from ops import _chunks, _lazy, _validate
 from ops._copy import copy_into
 from ops.errors import InvalidArgument
 from schemas import BatchToSpaceNDParams, SpaceToBatchNDParams, SpaceToBatchParams
@@ -271,15 +271,6 @@ def batch_to_space_nd_chunks(chunks, block_shape, crops):
 # Dask builders
 
 
-def _meta(x) -> np.ndarray:
-    return np.empty((0,) * x.ndim, x.dtype)
-
-
-def _empty(shape, dtype) -> da.Array:
-    """A lazy empty result: one (empty) chunk per axis, whatever the sizes of the other axes."""
-    return da.zeros(shape, dtype=dtype, chunks=tuple((n,) for n in shape))
-
-
 def _space_to_batch_block(block, block_shape, core_paddings, numblocks, block_id=None):
     """Kernel of one input block: its share of the padding is the core padding at the edges."""
     local = [
@@ -308,7 +299,7 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     all_groups = x.map_blocks(
         _space_to_batch_block, block_shape, core, x.numblocks,
         chunks=(tuple(c * groups for c in x.chunks[0]), *out_chunks[1:]),
-        dtype=x.dtype, meta=_meta(x), name=f"space_to_batch_nd-all-{token}",
+        dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype), name=f"space_to_batch_nd-all-{token}",
     )
     # ... and output block (g, k, ...) is group g's rows of block k: a view, no copy.
     name = f"space_to_batch_nd-{token}"
@@ -319,7 +310,7 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
         for key in _keys(all_groups)
     }
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[all_groups])
-    y = da.Array(graph, name, chunks=out_chunks, meta=_meta(x))
+    y = da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
     for i, (before, after) in enumerate(zero_rows):
         y = _pad_with_zero_blocks(y, 1 + i, before, after)
     return y
@@ -378,7 +369,7 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         block_crops = [local_crops[i][index[1 + i]] for i in range(m)]
         layer[(name, *index)] = (_batch_to_space_block, blocks, list(block_shape), block_crops)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
-    return da.Array(graph, name, chunks=out_chunks, meta=_meta(x))
+    return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,7 +387,7 @@ def space_to_batch_nd(x, block_shape, paddings):
     x, p = _validate_space_to_batch_nd(x, block_shape, paddings)
     out_shape = _batch_shape(x.shape, p.block_shape, p.paddings)
     if 0 in out_shape:  # nothing to move, however many block offsets there are
-        return _empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
+        return _lazy.empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
     if isinstance(x, da.Array):
         return _build_space_to_batch_nd(x, p.block_shape, p.paddings)
     return space_to_batch_nd_kernel(x, p.block_shape, p.paddings)
@@ -431,7 +422,7 @@ def batch_to_space_nd(x, block_shape, crops):
     x, p = _validate_batch_to_space_nd(x, block_shape, crops)
     out_shape = _space_shape(x.shape, p.block_shape, p.crops)
     if 0 in out_shape:  # nothing to move, however many block offsets there are
-        return _empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
+        return _lazy.empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
     if isinstance(x, da.Array):
         return _build_batch_to_space_nd(x, p.block_shape, p.crops, out_shape)
     return batch_to_space_nd_kernel(x, p.block_shape, p.crops)
