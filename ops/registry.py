@@ -1,0 +1,287 @@
+"""The one registry of operators, shared by the accessor, the service and the command line.
+
+Each entry says what the operator is called (the ``ops`` function name, which is also the
+OGC process id), which function computes it, which ``schemas`` model holds its keyword
+parameters and which of its inputs are arrays. Adding an operator means adding it here;
+process descriptions and the OpenAPI document are generated from these entries.
+
+``apply`` runs an entry on NumPy/Dask arrays or on xarray DataArrays. A DataArray whose dims
+the ``.ops`` accessor recognises (or an explicit ``dims`` mapping) goes through the accessor,
+so dims are matched by name and coordinates and attrs are kept; anything else runs the plain
+function positionally and the result gets the dim names of the operator's roles.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import xarray as xr
+from pydantic import BaseModel
+
+from ops import accessor as _accessor
+from ops.dequant import ascend_dequant
+from ops.depth_space import depth_to_space, space_to_depth
+from ops.errors import InvalidArgument
+from ops.gather_nd import gather_nd
+from ops.space_batch import batch_to_space_nd, space_to_batch, space_to_batch_nd
+from schemas import (
+    AscendDequantParams,
+    BatchToSpaceNDParams,
+    DepthToSpaceParams,
+    GatherNdParams,
+    SpaceToBatchNDParams,
+    SpaceToBatchParams,
+    SpaceToDepthParams,
+)
+
+VERSION = "1.0.0"
+_DEFAULT_DIM = re.compile(r"dim_\d+")
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator: its name, function, parameter model and array inputs.
+
+    Attributes
+    ----------
+    name : str
+        The ``ops`` function name; also the OGC process id.
+    function : callable
+        The public ``ops`` function (NumPy in, NumPy out; Dask in, lazy Dask out).
+    params : type[pydantic.BaseModel]
+        The ``schemas`` model of the keyword parameters (shape-independent rules).
+    array_inputs : tuple of str
+        Names of the array arguments, in the function's positional order.
+    title : str
+        A short human title.
+    scalar_inputs : tuple of str
+        Array inputs that may also be a plain number (``deq_scale``).
+    named_dims : callable
+        ``named_dims(arrays, kwargs, dims) -> DataArray | None``: the accessor call for inputs
+        with dims by name, or None when the plain function applies.
+    roles : callable
+        ``roles(kwargs, ndim) -> tuple[str, ...]``: dim names for a plain result.
+    """
+
+    name: str
+    function: Callable
+    params: type[BaseModel]
+    array_inputs: tuple[str, ...]
+    title: str
+    named_dims: Callable
+    roles: Callable
+    scalar_inputs: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "keywords", tuple(self.params.model_fields))
+
+    @property
+    def description(self) -> str:
+        """The first paragraph of the function's docstring."""
+        doc = inspect.getdoc(self.function) or ""
+        return " ".join(doc.split("\n\n")[0].split())
+
+    @property
+    def accepts_dims(self) -> bool:
+        """Whether the operator takes dims by name (the accessor's ``dims=``)."""
+        return self.named_dims is not _no_named
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Every input name: array inputs, keyword parameters, then ``dims`` if it takes them."""
+        return (*self.array_inputs, *self.keywords, *(("dims",) if self.accepts_dims else ()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Dims by name: the accessor call for each operator (None: use the plain function)
+
+
+def _is_named(arr) -> bool:
+    return isinstance(arr, xr.DataArray) and not all(_DEFAULT_DIM.fullmatch(str(d)) for d in arr.dims)
+
+
+def _depth_named(op: str):
+    def call(arrays, kwargs, dims):
+        x = arrays["x"]
+        if not isinstance(x, xr.DataArray) or not (_is_named(x) or dims):
+            return None
+        try:
+            roles = _accessor.find_dims(x.dims, op, "HWC", "NV", dims)
+        except _accessor.MissingDims:
+            if dims:
+                raise
+            return None  # names the accessor does not know: positional, by data_format
+        layout = "NCHW_VECT_C" if "V" in roles else _accessor._layout(
+            ("__n__", *x.dims), {"N": "__n__", **roles})
+        asked = kwargs.get("data_format")
+        if asked is not None and asked != layout:
+            raise InvalidArgument(
+                f"data_format {asked!r} disagrees with the dims of x {tuple(x.dims)}, which say {layout}; "
+                "omit data_format to go by the dim names, or pass dims"
+            )
+        method = getattr(x.ops, op)
+        return method(kwargs["block_size"], mode=kwargs.get("mode", "DCR"), dims=dims)
+
+    return call
+
+
+def _batch_nd_named(op: str, pairs_name: str):
+    def call(arrays, kwargs, dims):
+        x = arrays["x"]
+        if not isinstance(x, xr.DataArray) or not (_is_named(x) or dims):
+            return None
+        batch = (dims or {}).get("N", x.dims[0])
+        spatial = [d for d in x.dims if d != batch]
+        blocks = _plain_list(kwargs.get("block_shape"))
+        rows = _plain_list(kwargs.get(pairs_name))
+        if not isinstance(blocks, list) or len(blocks) > len(spatial):
+            return None  # let the plain function name the rule that is broken
+        pairs = None
+        if rows is not None:
+            if not isinstance(rows, list) or len(rows) != len(blocks):
+                return None
+            pairs = dict(zip(spatial, rows))
+        method = getattr(x.ops, op)
+        return method(dict(zip(spatial, blocks)), pairs, dims={"N": batch})
+
+    return call
+
+
+def _space_to_batch_named(arrays, kwargs, dims):
+    x = arrays["x"]
+    if not isinstance(x, xr.DataArray) or not (_is_named(x) or dims):
+        return None
+    try:
+        _accessor.find_dims(x.dims, "space_to_batch", "NHW", "", dims)
+    except _accessor.MissingDims:
+        if dims:
+            raise
+        return None
+    return x.ops.space_to_batch(kwargs["block_size"], kwargs["paddings"], dims=dims)
+
+
+def _gather_named(arrays, kwargs, dims):
+    params, indices = arrays["params"], arrays["indices"]
+    if not (_is_named(params) and isinstance(indices, xr.DataArray)):
+        return None
+    return params.ops.gather_nd(indices, **kwargs)
+
+
+def _no_named(arrays, kwargs, dims):
+    return None
+
+
+def _plain_list(value):
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Dim names of plain results
+
+
+def _depth_roles(kwargs, ndim):
+    return {"NHWC": ("n", "h", "w", "c"), "NCHW": ("n", "c", "h", "w"),
+            "NCHW_VECT_C": ("n", "c", "h", "w", "v")}[kwargs.get("data_format") or "NHWC"][:ndim]
+
+
+def _batch_roles(kwargs, ndim):
+    return ("batch", *(f"dim_{k}" for k in range(1, ndim)))
+
+
+def _gather_roles(kwargs, ndim):
+    return tuple(f"dim_{k}" for k in range(ndim))
+
+
+def _dequant_roles(kwargs, ndim):
+    return ("row", "column")[2 - ndim:]
+
+
+OPERATORS: dict[str, Operator] = {
+    op.name: op
+    for op in (
+        Operator("depth_to_space", depth_to_space, DepthToSpaceParams, ("x",), "DepthToSpace",
+                 _depth_named("depth_to_space"), _depth_roles),
+        Operator("space_to_depth", space_to_depth, SpaceToDepthParams, ("x",), "SpaceToDepth",
+                 _depth_named("space_to_depth"), _depth_roles),
+        Operator("space_to_batch", space_to_batch, SpaceToBatchParams, ("x",), "SpaceToBatch",
+                 _space_to_batch_named, _depth_roles),
+        Operator("space_to_batch_nd", space_to_batch_nd, SpaceToBatchNDParams, ("x",), "SpaceToBatchND",
+                 _batch_nd_named("space_to_batch_nd", "paddings"), _batch_roles),
+        Operator("batch_to_space_nd", batch_to_space_nd, BatchToSpaceNDParams, ("x",), "BatchToSpaceND",
+                 _batch_nd_named("batch_to_space_nd", "crops"), _batch_roles),
+        Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd",
+                 _gather_named, _gather_roles),
+        Operator("ascend_dequant", ascend_dequant, AscendDequantParams, ("src", "deq_scale"), "AscendDequant",
+                 _no_named, _dequant_roles, scalar_inputs=("deq_scale",)),
+    )
+}
+
+
+def get(name: str) -> Operator:
+    """The registry entry named ``name``; InvalidArgument listing the known ones otherwise."""
+    try:
+        return OPERATORS[name]
+    except KeyError:
+        raise InvalidArgument(f"operator must be one of {', '.join(OPERATORS)}, got {name!r}") from None
+
+
+def _data(value):
+    return value.data if isinstance(value, xr.DataArray) else value
+
+
+def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object], dims=None):
+    """Run operator ``name`` and return its result as a DataArray (lazy when inputs are Dask).
+
+    Parameters
+    ----------
+    name : str
+        A registry key (``depth_to_space``, ...).
+    arrays : mapping
+        The array inputs by name: NumPy arrays, Dask arrays, DataArrays, or for scalar inputs
+        plain numbers.
+    kwargs : mapping
+        Keyword parameters, as the ``ops`` function takes them; absent ones take defaults.
+    dims : mapping, optional
+        Role -> dim name (``{"H": "row", ...}``), as the accessor's ``dims=``.
+
+    Returns
+    -------
+    xarray.DataArray
+        The result, with coordinates and attrs kept when the accessor ran it.
+
+    Raises
+    ------
+    InvalidArgument
+        Unknown operator, unknown or missing inputs, or any rule of the operator.
+    IndexError
+        A concrete index out of range (GatherNd).
+    """
+    op = get(name)
+    unknown = [k for k in kwargs if k not in op.keywords]
+    if unknown:
+        raise InvalidArgument(
+            f"{name} has no parameter {unknown[0]!r}; its parameters are {', '.join(op.keywords)}"
+        )
+    missing = [k for k in op.array_inputs if k not in arrays]
+    if missing:
+        raise InvalidArgument(f"{name} needs the array input {missing[0]!r}")
+    if dims is not None and (not isinstance(dims, Mapping) or not op.accepts_dims):
+        raise InvalidArgument(
+            f"dims must map roles to dim names, e.g. {{'H': 'y'}}, and {name} must take dims by name; got {dims!r}"
+        )
+    named = op.named_dims(arrays, dict(kwargs), dims)
+    if named is not None:
+        return named
+    result = op.function(*(_data(arrays[k]) for k in op.array_inputs), **kwargs)
+    first = arrays[op.array_inputs[0]]
+    if isinstance(first, xr.DataArray) and _is_named(first) and first.ndim == result.ndim and name != "gather_nd":
+        out_dims = first.dims  # a rearrangement keeps the meaning of every axis
+    else:
+        out_dims = op.roles(dict(kwargs), result.ndim)
+    attrs = dict(first.attrs) if isinstance(first, xr.DataArray) else {}
+    return xr.DataArray(result, dims=out_dims, attrs=attrs)

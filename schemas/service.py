@@ -1,0 +1,176 @@
+"""Wire models of the service: OGC API - Processes documents, array references and infos.
+
+These are the response and request bodies of the REST service; FastAPI publishes them in
+the OpenAPI document. Field names follow OGC API - Processes - Part 1: Core 1.0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+OGC_CONFORMANCE = "http://www.opengis.net/spec/ogcapi-processes-1/1.0/conf/"
+OGC_REL = "http://www.opengis.net/def/rel/ogc/1.0/"
+OGC_EXCEPTION = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0/"
+
+JobStatus = Literal["accepted", "running", "successful", "failed", "dismissed"]
+
+
+class Link(BaseModel):
+    """A web link (RFC 8288) as OGC APIs write it."""
+
+    href: str
+    rel: str | None = None
+    type: str | None = None
+    title: str | None = None
+
+
+class LandingPage(BaseModel):
+    title: str
+    description: str
+    links: list[Link]
+
+
+class Conformance(BaseModel):
+    conformsTo: list[str]
+
+
+class ProcessSummary(BaseModel):
+    id: str
+    version: str
+    title: str
+    description: str
+    jobControlOptions: list[str]
+    outputTransmission: list[str]
+    links: list[Link]
+
+
+class ProcessList(BaseModel):
+    processes: list[ProcessSummary]
+    links: list[Link]
+
+
+class InputDescription(BaseModel):
+    title: str
+    description: str = ""
+    schema_: dict[str, Any] = Field(alias="schema")
+    minOccurs: int = 1
+    maxOccurs: int = 1
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class OutputDescription(BaseModel):
+    title: str
+    description: str = ""
+    schema_: dict[str, Any] = Field(alias="schema")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class ProcessDescription(ProcessSummary):
+    inputs: dict[str, InputDescription]
+    outputs: dict[str, OutputDescription]
+
+
+class Format(BaseModel):
+    mediaType: str | None = None
+
+
+class OutputRequest(BaseModel):
+    """How the client wants the ``result`` output: inline (``value``) or stored (``reference``).
+
+    ``name`` (an extension) names the stored result array.
+    """
+
+    format: Format | None = None
+    transmissionMode: Literal["value", "reference"] = "value"
+    name: str | None = None
+
+
+class ExecuteRequest(BaseModel):
+    """``POST /processes/{id}/execution``: inputs, the wanted outputs and the response form.
+
+    An array input is ``{"href": "/arrays/NAME"}`` or an inline NPY ``{"value": base64,
+    "encoding": "base64", "mediaType": "application/x-npy"}``; keyword parameters are plain
+    JSON values.
+    """
+
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    outputs: dict[str, OutputRequest] | None = None
+    response: Literal["raw", "document"] = "raw"
+    subscriber: dict[str, Any] | None = None
+
+
+class StatusInfo(BaseModel):
+    """A job's status (OGC ``statusInfo``)."""
+
+    jobID: str
+    type: Literal["process"] = "process"
+    processID: str
+    status: JobStatus
+    message: str | None = None
+    created: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    updated: str | None = None
+    progress: int | None = Field(default=None, ge=0, le=100)
+    links: list[Link] = Field(default_factory=list)
+
+
+class JobList(BaseModel):
+    jobs: list[StatusInfo]
+    links: list[Link]
+
+
+class ArrayInfo(BaseModel):
+    """A stored array: its shape, dtype, chunks, dim names and attrs."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    chunks: list[int]
+    dims: list[str]
+    attrs: dict[str, Any] = Field(default_factory=dict)
+    links: list[Link] = Field(default_factory=list)
+
+
+class ArraySummary(BaseModel):
+    name: str
+    shape: list[int]
+    dtype: str
+    chunks: list[int]
+    dims: list[str]
+    links: list[Link] = Field(default_factory=list)
+
+
+class ArrayList(BaseModel):
+    arrays: list[ArraySummary]
+    links: list[Link]
+
+
+class ClusterHealth(BaseModel):
+    scheduler: str | None = None
+    workers: int = 0
+    threads: int = 0
+    memory_limit: int = 0
+    dashboard: str | None = None
+    embedded: bool = True
+    error: str | None = None
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    cluster: ClusterHealth
+    data_root: str
+
+
+class Exception_(BaseModel):
+    """An OGC API exception (RFC 7807 problem details)."""
+
+    type: str
+    title: str | None = None
+    status: int | None = None
+    detail: str | None = None
+    instance: str | None = None

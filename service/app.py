@@ -1,0 +1,63 @@
+"""``create_app(settings)``: the FastAPI application. Nothing runs at import; the data root,
+job records and Dask cluster are opened in the app's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+
+from ops import registry
+from service import errors
+from service.cluster import Cluster
+from service.execution import Executor
+from service.records import JobRecords
+from service.routers import arrays, health, jobs, landing, processes
+from service.settings import Settings
+from service.state import Services
+from service.storage import ArrayStore
+
+log = logging.getLogger(__name__)
+
+
+def open_services(settings: Settings) -> Services:
+    """Open the data root (sweeping half-built arrays), the job records (marking jobs left
+    running by an earlier service as failed) and the cluster. Blocking."""
+    store = ArrayStore(settings.data_root, chunk_bytes=settings.chunk_bytes,
+                       max_upload_bytes=settings.max_upload_bytes)
+    store.sweep()
+    records = JobRecords(store.root / "jobs.sqlite")
+    interrupted = records.mark_interrupted()
+    if interrupted:
+        log.warning("%d job(s) were interrupted by the last shutdown and are marked failed", interrupted)
+    cluster = Cluster(settings)
+    cluster.start()
+    executor = Executor(store, records, cluster, max_inline_bytes=settings.max_inline_bytes)
+    return Services(settings, store, records, cluster, executor)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service as an ASGI app; ``settings`` default to flags-free environment settings."""
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.services = await run_in_threadpool(open_services, settings)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(app.state.services.cluster.close)
+
+    app = FastAPI(
+        title="chunked-tensor-ops",
+        version=registry.VERSION,
+        description="OGC API - Processes for tensor rearrangement, gather and dequantisation on a Dask "
+                    "cluster; stored arrays as Zarr v3 over HTTP.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    for module in (landing, processes, jobs, arrays, health):
+        app.include_router(module.router)
+    return app

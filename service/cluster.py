@@ -1,0 +1,103 @@
+"""The Dask cluster the service runs jobs on: an embedded LocalCluster, or an existing
+scheduler (``--scheduler tcp://...``). An unreachable scheduler is a 503, never a hang."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import dask
+from distributed import Client, LocalCluster
+
+from service.errors import CLUSTER_UNAVAILABLE, ServiceError
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class ClusterUnavailable(ServiceError):
+    def __init__(self, detail: str):
+        super().__init__(503, CLUSTER_UNAVAILABLE, detail)
+
+
+class Cluster:
+    """Owns the distributed ``Client`` (and the LocalCluster when embedded). Blocking methods;
+    call them from threads."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.embedded = settings.scheduler is None
+        self._local: LocalCluster | None = None
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self.embedded:
+            s = self.settings
+            # Workers read and write the data root by path: the same files the API serves.
+            # Worker processes listen on loopback; in-process workers talk over inproc://.
+            where = {"host": "127.0.0.1"} if s.cluster_processes else {}
+            self._local = LocalCluster(
+                n_workers=s.n_workers, threads_per_worker=s.threads_per_worker, memory_limit=s.memory_limit,
+                processes=s.cluster_processes, dashboard_address="127.0.0.1:0", **where,
+            )
+            self._client = Client(self._local, set_as_default=False)
+        else:
+            try:
+                self.client()
+            except ClusterUnavailable as error:  # the service still answers; executions get 503
+                log.warning("%s", error.detail)
+
+    def client(self) -> Client:
+        """A connected client, reconnecting to an external scheduler if needed; 503 otherwise."""
+        with self._lock:
+            client = self._client
+            if client is not None and client.status == "running":
+                return client
+            if self.embedded:
+                raise ClusterUnavailable("the embedded Dask cluster is not running")
+            if client is not None:
+                client.close(timeout=1)
+                self._client = None
+            timeout = self.settings.scheduler_timeout
+            try:
+                with dask.config.set({"distributed.comm.timeouts.connect": f"{timeout}s"}):
+                    self._client = Client(self.settings.scheduler, timeout=timeout, set_as_default=False)
+            except (OSError, TimeoutError) as error:
+                raise ClusterUnavailable(
+                    f"the Dask scheduler at {self.settings.scheduler} is unreachable: {error}"
+                ) from None
+            return self._client
+
+    def identity(self) -> dict:
+        """The scheduler's own description (workers, threads, memory), asked now; 503 if down."""
+        client = self.client()
+        try:
+            return client.sync(client.scheduler.identity, callback_timeout=self.settings.scheduler_timeout)
+        except (OSError, TimeoutError) as error:
+            raise ClusterUnavailable(f"the Dask scheduler does not answer: {error}") from None
+
+    def health(self) -> dict:
+        address = self.settings.scheduler or (self._local.scheduler_address if self._local else None)
+        try:
+            ident = self.identity()
+        except ClusterUnavailable as error:
+            return {"scheduler": address, "embedded": self.embedded, "error": error.detail}
+        workers = ident.get("workers", {}).values()
+        return {
+            "scheduler": ident.get("address", address),
+            "workers": len(workers),
+            "threads": sum(w.get("nthreads", 0) for w in workers),
+            "memory_limit": sum(w.get("memory_limit") or 0 for w in workers),
+            "dashboard": self._client.dashboard_link if self._client is not None else None,
+            "embedded": self.embedded,
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close(timeout=5)
+                self._client = None
+            if self._local is not None:
+                self._local.close(timeout=10)
+                self._local = None

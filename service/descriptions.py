@@ -1,0 +1,92 @@
+"""OGC process summaries and descriptions, generated from the registry and the ``schemas``
+models (so the JSON Schema of every parameter is the one ``ops`` validates with)."""
+
+from __future__ import annotations
+
+import copy
+
+from ops import registry
+from schemas.service import OGC_REL
+
+JOB_CONTROL = ["sync-execute", "async-execute", "dismiss"]
+TRANSMISSION = ["value", "reference"]
+NPY = "application/x-npy"
+
+_ARRAY_ROLES = {
+    "x": "the input tensor",
+    "params": "the tensor to gather from",
+    "indices": "int32/int64 index tuples along the last axis",
+    "src": "the quantised values, [m, n] or [n]",
+    "deq_scale": "the scale: a number, or a stored/inline array",
+}
+
+ARRAY_INPUT_SCHEMA = {
+    "oneOf": [
+        {"type": "object", "required": ["href"],
+         "properties": {"href": {"type": "string", "description": "/arrays/NAME"}, "type": {"type": "string"}}},
+        {"type": "object", "required": ["value"],
+         "properties": {"value": {"type": "string", "contentEncoding": "base64", "contentMediaType": NPY},
+                        "encoding": {"type": "string", "enum": ["base64"]},
+                        "mediaType": {"type": "string", "enum": [NPY]},
+                        "dtype": {"type": "string", "enum": ["bfloat16", "complex32"]}}},
+    ]
+}
+
+DIMS_SCHEMA = {
+    "type": "object",
+    "description": "Roles (N, H, W, C, V) mapped to dim names of the input, as the accessor's dims=",
+    "additionalProperties": {"type": "string"},
+}
+
+
+def _inline_refs(schema: dict, defs: dict):
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            return _inline_refs(copy.deepcopy(defs[schema["$ref"].split("/")[-1]]), defs)
+        return {k: _inline_refs(v, defs) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_inline_refs(v, defs) for v in schema]
+    return schema
+
+
+def _links(base: str, op: registry.Operator) -> list[dict]:
+    return [
+        {"href": f"{base}/processes/{op.name}", "rel": "self", "type": "application/json", "title": op.title},
+        {"href": f"{base}/processes/{op.name}/execution", "rel": OGC_REL + "execute",
+         "type": "application/json", "title": f"Execute {op.title}"},
+    ]
+
+
+def summary(op: registry.Operator, base: str) -> dict:
+    return {
+        "id": op.name,
+        "version": registry.VERSION,
+        "title": op.title,
+        "description": op.description,
+        "jobControlOptions": JOB_CONTROL,
+        "outputTransmission": TRANSMISSION,
+        "links": _links(base, op),
+    }
+
+
+def description(op: registry.Operator, base: str) -> dict:
+    model_schema = op.params.model_json_schema()
+    defs = model_schema.get("$defs", {})
+    required = set(model_schema.get("required", []))
+    inputs = {}
+    for name in op.array_inputs:
+        schema = copy.deepcopy(ARRAY_INPUT_SCHEMA)
+        if name in op.scalar_inputs:
+            schema["oneOf"].append({"type": "number"})
+        inputs[name] = {"title": name, "description": _ARRAY_ROLES.get(name, ""), "schema": schema,
+                        "minOccurs": 1, "maxOccurs": 1}
+    for name, prop in model_schema["properties"].items():
+        prop = _inline_refs(prop, defs)
+        inputs[name] = {"title": prop.pop("title", name), "description": prop.get("description", ""),
+                        "schema": prop, "minOccurs": 1 if name in required else 0, "maxOccurs": 1}
+    if op.accepts_dims:
+        inputs["dims"] = {"title": "dims", "description": DIMS_SCHEMA["description"], "schema": DIMS_SCHEMA,
+                          "minOccurs": 0, "maxOccurs": 1}
+    outputs = {"result": {"title": "result", "description": f"The {op.title} result, as NPY or a stored array",
+                          "schema": {"type": "string", "contentMediaType": NPY, "contentEncoding": "binary"}}}
+    return {**summary(op, base), "inputs": inputs, "outputs": outputs}

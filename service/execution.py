@@ -1,0 +1,390 @@
+"""From an execute request to a result: inputs resolved, the operator's graph built through
+the registry, the result computed on the cluster (or inline, for small inline inputs).
+
+A stored input is opened lazily (``xarray.open_zarr`` -> Dask), so the graph reads it chunk by
+chunk on the workers; a stored result is written with ``to_zarr`` through the distributed
+client under a temporary name and renamed into place when complete. Inline inputs are small
+NPY payloads; when every input is inline the operator runs on NumPy in the service's
+threads, which is what a small synchronous request wants.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import math
+import shutil
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import dask
+import dask.array as da
+import numpy as np
+import xarray as xr
+from distributed import CancelledError, Future
+
+from ops import dtypes, registry
+from ops.errors import InvalidArgument
+from schemas.service import ExecuteRequest
+from service import npy, progress
+from service.cluster import Cluster, ClusterUnavailable
+from service.errors import INVALID_PARAMETER, JOB_FAILED, ServiceError, bad_request, conflict, too_large
+from service.records import JobRecords
+from service.storage import ArrayStore, check_name, stream_chunks
+
+log = logging.getLogger(__name__)
+
+NPY_MEDIA_TYPE = "application/x-npy"
+POLL_SECONDS = 0.25
+
+
+class Dismissed(Exception):
+    """The job was dismissed while it ran."""
+
+
+@dataclass
+class Plan:
+    """A validated execution request, before anything is computed."""
+
+    job_id: str
+    process_id: str
+    arrays: dict[str, object]      # input name -> np.ndarray | float | stored array name (str)
+    kwargs: dict[str, object]
+    dims: Mapping | None
+    transmission: str              # "value" | "reference"
+    result_name: str
+    response: str                  # "raw" | "document"
+    reads: list[str] = field(default_factory=list)
+
+    @property
+    def inline_only(self) -> bool:
+        return not self.reads
+
+
+def _stored_name(href: str, base_url: str) -> str:
+    """``/arrays/NAME``, ``arrays/NAME`` or this server's absolute URL of it -> NAME."""
+    if not isinstance(href, str):
+        raise bad_request(f"href must be a string, got {href!r}")
+    parts = urlsplit(href)
+    path = href
+    if parts.scheme or parts.netloc:
+        base = urlsplit(base_url)
+        if (parts.scheme, parts.netloc) != (base.scheme, base.netloc):
+            raise bad_request(
+                f"href must name an array of this service (/arrays/NAME), got {href!r}; "
+                "upload the data with PUT /arrays/NAME first"
+            )
+        path = parts.path
+    elif parts.query or parts.fragment:
+        raise bad_request(f"href must be /arrays/NAME, got {href!r}")
+    prefix = urlsplit(base_url).path.rstrip("/") + "/arrays/"
+    for start in (prefix, "/arrays/", "arrays/"):
+        if path.startswith(start):
+            return check_name(path[len(start):], "the array name in href")
+    raise bad_request(f"href must be /arrays/NAME, got {href!r}")
+
+
+def _inline_npy(name: str, value: dict, limit: int) -> np.ndarray:
+    encoding = value.get("encoding", "base64")
+    media = value.get("mediaType", NPY_MEDIA_TYPE)
+    if encoding != "base64" or media != NPY_MEDIA_TYPE:
+        raise bad_request(
+            f"input {name!r}: an inline array must be base64-encoded {NPY_MEDIA_TYPE}, "
+            f"got encoding {encoding!r} and mediaType {media!r}"
+        )
+    text = value.get("value")
+    if not isinstance(text, str):
+        raise bad_request(f"input {name!r}: value must be a base64 string")
+    if len(text) * 3 // 4 > limit + npy.MAX_HEADER_BYTES:
+        raise too_large(
+            f"input {name!r}: the inline array is over the {limit}-byte inline limit; "
+            "upload it with PUT /arrays/NAME and pass {\"href\": \"/arrays/NAME\"}"
+        )
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request(f"input {name!r}: value is not valid base64") from None
+    try:
+        return npy.decode(raw, max_bytes=limit, declared_dtype=value.get("dtype"))
+    except npy.NpyTooLarge as error:
+        raise too_large(f"input {name!r}: {error}; upload it with PUT /arrays/NAME and use its href") from None
+    except npy.NpyError as error:
+        raise bad_request(f"input {name!r}: {error}") from None
+
+
+class Executor:
+    """Runs executions: synchronously for a request, or as background jobs."""
+
+    def __init__(self, store: ArrayStore, records: JobRecords, cluster: Cluster, *, max_inline_bytes: int,
+                 max_jobs: int = 4):
+        self.store = store
+        self.records = records
+        self.cluster = cluster
+        self.max_inline_bytes = max_inline_bytes
+        self._dismissed: dict[str, threading.Event] = {}
+        self._finished: dict[str, threading.Event] = {}
+        self._slots = threading.Semaphore(max_jobs)
+
+    # --- planning (no work scheduled) -------------------------------------------------------
+
+    def plan(self, process_id: str, request: ExecuteRequest, job_id: str, base_url: str) -> Plan:
+        op = registry.OPERATORS[process_id]
+        inputs = dict(request.inputs)
+        unknown = [k for k in inputs if k not in op.inputs]
+        if unknown:
+            raise bad_request(f"{process_id} has no input {unknown[0]!r}; its inputs are {', '.join(op.inputs)}")
+        arrays, reads = {}, []
+        for name in op.array_inputs:
+            if name not in inputs:
+                raise bad_request(f"{process_id} needs the array input {name!r}")
+            value = inputs.pop(name)
+            if isinstance(value, bool):
+                raise bad_request(f"input {name!r} must be an array ({{\"href\": ...}} or an inline NPY), got {value!r}")
+            if name in op.scalar_inputs and isinstance(value, (int, float)):
+                arrays[name] = float(value)
+            elif isinstance(value, dict) and "href" in value:
+                stored = _stored_name(value["href"], base_url)
+                if not self.store.exists(stored):
+                    raise ServiceError(404, "https://chunked-tensor-ops.readthedocs.io/exceptions/no-such-array",
+                                       f"input {name!r}: no array named {stored!r}")
+                arrays[name] = stored
+                reads.append(stored)
+            elif isinstance(value, dict) and "value" in value:
+                arrays[name] = _inline_npy(name, value, self.max_inline_bytes)
+            else:
+                raise bad_request(
+                    f"input {name!r} must be {{\"href\": \"/arrays/NAME\"}} or an inline NPY "
+                    f"{{\"value\": base64, \"encoding\": \"base64\", \"mediaType\": \"{NPY_MEDIA_TYPE}\"}}"
+                )
+        dims = inputs.pop("dims", None)
+        output = (request.outputs or {}).get("result")
+        if request.outputs and set(request.outputs) != {"result"}:
+            raise bad_request(f"{process_id} has one output, 'result'; got {sorted(request.outputs)}")
+        media = output.format.mediaType if output and output.format else None
+        if media not in (None, NPY_MEDIA_TYPE):
+            raise bad_request(f"outputs.result.format.mediaType must be {NPY_MEDIA_TYPE}, got {media!r}")
+        result_name = check_name(output.name, "outputs.result.name") if output and output.name else job_id
+        if self.store.exists(result_name):
+            raise conflict(f"an array named {result_name!r} exists; choose another outputs.result.name")
+        if result_name in reads:
+            raise conflict(f"the result cannot overwrite its input {result_name!r}")
+        return Plan(job_id, process_id, arrays, inputs, dims,
+                    output.transmissionMode if output else "value", result_name, request.response, reads)
+
+    def build(self, plan: Plan) -> xr.DataArray:
+        """The operator's result: lazy on stored inputs, computed on inline ones. Raises
+        InvalidArgument / IndexError (bad parameters) before anything runs on the cluster."""
+        arrays = {k: self.store.open(v) if isinstance(v, str) else v for k, v in plan.arrays.items()}
+        return registry.apply(plan.process_id, arrays, plan.kwargs, plan.dims)
+
+    # --- running --------------------------------------------------------------------------
+
+    def run_sync(self, plan: Plan):
+        """Run a request to the end (blocking). Returns a NumPy array (value) or None
+        (reference: the result is stored under ``plan.result_name``)."""
+        self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
+                            status="running")
+        self.records.update(plan.job_id, started=self.records.get(plan.job_id)["created"])
+        try:
+            result = self._guarded(self.build, plan)
+            if plan.transmission == "value":
+                self._check_inline(result)
+                value = self._guarded(self._compute_value, plan, result)
+                self.records.finish(plan.job_id, "successful", "done: the result was returned inline", progress=100)
+                return value
+            self._guarded(self._store_result, plan, result)
+            self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
+                                progress=100)
+            return None
+        except ServiceError as error:
+            self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status, error_type=error.type)
+            raise
+
+    def submit(self, plan: Plan) -> None:
+        """Record the job and start it in the background."""
+        self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission)
+        self._dismissed[plan.job_id] = threading.Event()
+        self._finished[plan.job_id] = threading.Event()
+        threading.Thread(target=self._run_job, args=(plan,), name=f"job-{plan.job_id}", daemon=True).start()
+
+    def _run_job(self, plan: Plan) -> None:
+        try:
+            with self._slots:
+                if self._dismissed[plan.job_id].is_set():
+                    raise Dismissed
+                self.records.update(plan.job_id, status="running", started=_now(), message="building the graph")
+                result = self._guarded(self.build, plan)
+                self.records.update(plan.job_id, message="running on the cluster")
+                self._guarded(self._store_result, plan, result)
+            self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
+                                progress=100)
+        except Dismissed:
+            self.records.finish(plan.job_id, "dismissed", "dismissed by the client")
+        except ServiceError as error:
+            self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status, error_type=error.type)
+        except Exception as error:  # a failure of the service itself: the job records it
+            log.exception("job %s failed", plan.job_id)
+            self.records.finish(plan.job_id, "failed", f"{type(error).__name__}: {error}",
+                                error_status=500, error_type=JOB_FAILED)
+        finally:
+            self._finished[plan.job_id].set()
+
+    def dismiss(self, job_id: str, wait: float = 30.0) -> None:
+        """Cancel a running job's tasks and wait (bounded) until its partial output is gone."""
+        event = self._dismissed.get(job_id)
+        if event is None:  # not running in this process: only its record changes
+            self.records.finish(job_id, "dismissed", "dismissed by the client")
+            return
+        event.set()
+        self._finished[job_id].wait(wait)
+        self.records.finish(job_id, "dismissed", "dismissed by the client")
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _guarded(self, step, *args):
+        """Run a step, turning operator errors into 400s and cluster loss into 503s."""
+        try:
+            return step(*args)
+        except (InvalidArgument, IndexError) as error:
+            raise ServiceError(400, INVALID_PARAMETER, str(error)) from None
+        except (ServiceError, Dismissed):
+            raise
+        except CancelledError:
+            raise Dismissed from None
+
+    def _check_inline(self, result: xr.DataArray) -> None:
+        nbytes = math.prod(result.shape) * np.dtype(result.dtype).itemsize
+        if nbytes > self.max_inline_bytes:
+            raise too_large(
+                f"the result is {nbytes} bytes, over the {self.max_inline_bytes}-byte inline limit; "
+                "ask for outputs.result.transmissionMode \"reference\" and download /arrays/NAME"
+            )
+
+    def _compute_value(self, plan: Plan, result: xr.DataArray) -> np.ndarray:
+        data = result.data
+        if isinstance(data, da.Array):
+            client = self.cluster.client()
+            future = client.compute(data)
+            return self._wait(plan.job_id, client, future)
+        return np.asarray(data)
+
+    def _store_result(self, plan: Plan, result: xr.DataArray) -> None:
+        built = self.store.temp_dir(f"job-{plan.job_id}-")
+        try:
+            data = result.data
+            if isinstance(data, da.Array):
+                chunks = _regular(data.chunks)
+                local = False
+            else:
+                chunks = stream_chunks(data.shape, np.dtype(data.dtype).itemsize, self.store.chunk_bytes)
+                local = True
+            arr = result.chunk(dict(zip(result.dims, chunks))) if result.ndim else result.chunk()
+            fill = self.store.write_skeleton(built, arr, tuple(c[0] for c in arr.chunks) if arr.ndim else (),
+                                             plan.result_name)
+            if local:
+                dask.compute(fill, scheduler="threads")
+            else:
+                client = self.cluster.client()
+                future = client.compute(fill)
+                self._wait(plan.job_id, client, future)
+            self.store.publish(built, plan.result_name, overwrite=False)
+        finally:
+            shutil.rmtree(built, ignore_errors=True)
+
+    def _wait(self, job_id: str, client, future: Future):
+        """Wait for ``future``, recording progress from the scheduler; cancel on dismiss."""
+        dismissed = self._dismissed.get(job_id)
+        tracked = False
+        try:
+            try:
+                client.run_on_scheduler(progress.start, key=future.key, job_id=job_id)
+                tracked = True
+            except Exception as error:  # progress is a courtesy; the job goes on without it
+                log.warning("no progress for job %s: %s", job_id, error)
+            last = -1
+            while not future.done():
+                if dismissed is not None and dismissed.is_set():
+                    client.cancel([future], force=True)
+                    raise Dismissed
+                if tracked:
+                    try:
+                        counts = client.run_on_scheduler(progress.count, job_id=job_id)
+                    except Exception:
+                        counts = None
+                    if counts:
+                        total, left = counts
+                        percent = min(99, int(100 * (total - left) / max(total, 1)))
+                        if percent != last:
+                            self.records.update(job_id, progress=percent)
+                            last = percent
+                time.sleep(POLL_SECONDS)
+            if future.status == "error":
+                error = future.exception()
+                if isinstance(error, (InvalidArgument, IndexError)):
+                    raise error
+                raise ServiceError(500, JOB_FAILED, f"the computation failed: {type(error).__name__}: {error}")
+            if future.status == "cancelled":
+                raise ServiceError(503, "https://chunked-tensor-ops.readthedocs.io/exceptions/cluster-unavailable",
+                                   "the computation was cancelled by the cluster")
+            return future.result()
+        except (OSError, TimeoutError) as error:
+            raise ClusterUnavailable(f"lost the Dask cluster: {error}") from None
+        finally:
+            if tracked:
+                try:
+                    client.run_on_scheduler(progress.stop, job_id=job_id)
+                except Exception:
+                    pass
+            if dismissed is not None and dismissed.is_set():
+                _drain(client, future)
+
+
+def _drain(client, future: Future, timeout: float = 10.0) -> None:
+    """After a cancel, wait until no task of the job is still running (so no worker writes
+    into the directory that is about to be removed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            busy = client.run_on_scheduler(_processing_count, key=future.key)
+        except Exception:
+            return
+        if not busy:
+            return
+        time.sleep(0.1)
+
+
+def _processing_count(dask_scheduler, key) -> int:
+    return sum(1 for ts in dask_scheduler.tasks.values() if ts.state == "processing")
+
+
+def _regular(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """One Zarr chunk length per axis that the Dask chunks can be written to without two
+    blocks sharing a Zarr chunk: the common length when chunks are regular (but the last),
+    else the largest (and the array is rechunked to it)."""
+    out = []
+    for axis in chunks:
+        first = max(axis) if axis else 1
+        out.append(max(first, 1))
+    return tuple(out)
+
+
+def _now() -> str:
+    from service.records import now
+    return now()
+
+
+def dtype_header(dtype) -> dict:
+    """The ``X-Array-Dtype`` header for a dtype that NPY cannot name (bfloat16, complex32)."""
+    _, declared = npy.wire_dtype(np.dtype(dtype))
+    return {"X-Array-Dtype": declared} if declared else {}
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    return npy.encode(np.ascontiguousarray(array))
+
+
+__all__ = ["Executor", "Plan", "dtype_header", "npy_bytes", "dtypes"]

@@ -1,0 +1,103 @@
+"""``/jobs``: job list, status, results and dismiss (OGC API - Processes)."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from schemas.service import OGC_REL, JobList, JobStatus, StatusInfo
+from service.errors import INVALID_PARAMETER, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError, too_large
+from service.execution import NPY_MEDIA_TYPE, dtype_header, npy_bytes
+from service.routers import problems
+from service.state import Services, base_url, require_token, services
+
+router = APIRouter(tags=["jobs"], dependencies=[Depends(require_token)])
+
+_STATUS_FIELDS = ("created", "started", "finished", "updated")
+
+
+def status_info(job: dict, base: str) -> dict:
+    """A job record as an OGC statusInfo document."""
+    info = {"jobID": job["id"], "type": "process", "processID": job["process_id"], "status": job["status"],
+            "message": job["message"], "progress": job["progress"]}
+    info.update({k: job[k] for k in _STATUS_FIELDS if job.get(k)})
+    links = [{"href": f"{base}/jobs/{job['id']}", "rel": "self", "type": "application/json", "title": "status"}]
+    if job["status"] == "successful":
+        links.append({"href": f"{base}/jobs/{job['id']}/results", "rel": OGC_REL + "results",
+                      "type": "application/json", "title": "results"})
+        links.append({"href": f"{base}/arrays/{job['writes']}", "rel": "related", "type": NPY_MEDIA_TYPE,
+                      "title": "the result array"})
+    info["links"] = links
+    return info
+
+
+def result_document(value: np.ndarray) -> dict:
+    """``{"result": qualified inline value}`` for a NumPy result."""
+    return {"result": {"value": base64.b64encode(npy_bytes(value)).decode("ascii"), "encoding": "base64",
+                       "mediaType": NPY_MEDIA_TYPE}}
+
+
+def _job(svc: Services, job_id: str) -> dict:
+    job = svc.records.get(job_id)
+    if job is None:
+        raise ServiceError(404, NO_SUCH_JOB, f"no job {job_id!r}")
+    return job
+
+
+@router.get("/jobs", response_model=JobList, response_model_exclude_none=True, responses=problems(400, 401))
+def list_jobs(request: Request, processID: list[str] | None = Query(None), status: list[JobStatus] | None = Query(None),
+              limit: int = Query(100, ge=1, le=10000), svc: Services = Depends(services)) -> dict:
+    """Every job, newest first; filter by ``processID``, ``status`` and ``limit``."""
+    base = base_url(request)
+    jobs = []
+    for process in processID or [None]:
+        jobs += svc.records.list(process_id=process, status=status, limit=limit)
+    jobs.sort(key=lambda j: j["created"], reverse=True)
+    return {"jobs": [status_info(j, base) for j in jobs[:limit]],
+            "links": [{"href": f"{base}/jobs", "rel": "self", "type": "application/json"}]}
+
+
+@router.get("/jobs/{job_id}", response_model=StatusInfo, response_model_exclude_none=True,
+            responses=problems(401, 404))
+def get_job(job_id: str, request: Request, svc: Services = Depends(services)) -> dict:
+    """The job's statusInfo, with progress 0-100 from the scheduler's count of finished tasks."""
+    return status_info(_job(svc, job_id), base_url(request))
+
+
+@router.get("/jobs/{job_id}/results", responses={200: {"description": "results document"},
+                                                  **problems(400, 401, 404, 413, 503)})
+async def get_results(job_id: str, svc: Services = Depends(services)):
+    """The results document of a successful job (a link, or the value inline); the job's
+    error when it failed; 404 result-not-ready otherwise."""
+    job = await run_in_threadpool(_job, svc, job_id)
+    if job["status"] == "failed":
+        status = job["error_status"] or 500
+        raise ServiceError(status, job["error_type"] if status != 400 else INVALID_PARAMETER,
+                           f"job {job_id} failed: {job['message']}")
+    if job["status"] != "successful":
+        raise ServiceError(404, RESULT_NOT_READY, f"job {job_id} is {job['status']}; it has no results")
+    name = job["writes"]
+    if job["transmission"] == "reference" or not await run_in_threadpool(svc.store.exists, name):
+        return {"result": {"href": f"/arrays/{name}", "type": NPY_MEDIA_TYPE}}
+    info = await run_in_threadpool(svc.store.info, name)
+    nbytes = int(np.prod(info["shape"])) * np.dtype(svc.store.open(name).dtype).itemsize
+    if nbytes > svc.settings.max_inline_bytes:
+        raise too_large(f"the result is {nbytes} bytes, over the inline limit; download /arrays/{name}")
+    value = await run_in_threadpool(lambda: svc.store.open(name).values)
+    return JSONResponse(result_document(value), headers=dtype_header(value.dtype))
+
+
+@router.delete("/jobs/{job_id}", response_model=StatusInfo, response_model_exclude_none=True,
+               responses=problems(401, 404))
+async def dismiss_job(job_id: str, request: Request, svc: Services = Depends(services)) -> dict:
+    """Dismiss: cancel the job's tasks, remove its partial output; idempotent."""
+    job = await run_in_threadpool(_job, svc, job_id)
+    if job["status"] in ("accepted", "running"):
+        await run_in_threadpool(svc.executor.dismiss, job_id)
+    elif job["status"] != "dismissed":
+        await run_in_threadpool(svc.records.update, job_id, status="dismissed", message="dismissed by the client")
+    return status_info(await run_in_threadpool(_job, svc, job_id), base_url(request))

@@ -1,0 +1,41 @@
+"""Service settings: command-line flags and ``CHUNKED_TENSOR_OPS_*`` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "CHUNKED_TENSOR_OPS_"
+MiB = 2**20
+GiB = 2**30
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told. Each field is also an environment variable:
+    ``CHUNKED_TENSOR_OPS_`` + the field name in capitals (``CHUNKED_TENSOR_OPS_PORT=9000``)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    data_root: Path = Path("data")
+    # None: an embedded LocalCluster; otherwise the address of an existing Dask scheduler,
+    # whose workers must see data_root at the same path.
+    scheduler: str | None = None
+    token: str | None = None
+    n_workers: int = Field(2, ge=1)
+    threads_per_worker: int = Field(1, ge=1)
+    memory_limit: str = "2GiB"
+    # Worker processes (the default) or threads in the service's own process (quick tests).
+    cluster_processes: bool = True
+    # The largest array a client may upload (NPY or unzipped Zarr), and the largest inline
+    # NPY input or inline result (past it: 413, "upload to /arrays and use reference").
+    max_upload_bytes: int = Field(16 * GiB, ge=1)
+    max_inline_bytes: int = Field(64 * MiB, ge=1)
+    # Target size of one stored chunk: uploads are chunked along their leading axes so that
+    # a streamed NPY fills each chunk exactly once.
+    chunk_bytes: int = Field(16 * MiB, ge=1024)
+    # How long an execution waits for the scheduler before answering 503.
+    scheduler_timeout: float = Field(5.0, gt=0)

@@ -1,0 +1,477 @@
+"""The array store: every array is a Zarr v3 group under ``<data root>/arrays/<name>``.
+
+A group holds one data variable (named after the array for NPY uploads and results, or as
+it was in an uploaded xarray store) with xarray's ``dimension_names``, its coordinates and
+attrs, and consolidated metadata in the root ``zarr.json``, so ``xarray.open_zarr`` reads it
+over HTTP. Zarr v3 has no bfloat16 or complex32: those are stored as their raw bits
+(``uint16``, ``uint32``) with the attribute ``ops_dtype`` naming the real type.
+
+Nothing appears half-written: every array is built under ``<data root>/tmp`` and moved into
+place with one ``rename``; an existing array is replaced the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import xarray as xr
+import zarr
+
+from ops import dtypes
+from service import npy, zipstore
+from service.errors import bad_request, conflict, no_such_array, too_large
+
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
+DTYPE_ATTR = "ops_dtype"
+# Stored in place of the dtypes Zarr v3 has no name for.
+_RAW_BITS = {"bfloat16": np.dtype("<u2"), "complex32": np.dtype("<u4")}
+_REAL = {"bfloat16": dtypes.bfloat16, "complex32": dtypes.complex32}
+
+
+def check_name(name: str, what: str = "array name") -> str:
+    """An array name: 1-128 characters of ``[A-Za-z0-9._-]``, not starting with ``.``."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or name.startswith("."):
+        raise bad_request(
+            f"{what} must be 1-128 characters of [A-Za-z0-9._-] not starting with '.', got {name!r}"
+        )
+    return name
+
+
+def parse_dims(text: str | None, ndim: int) -> tuple[str, ...] | None:
+    """``?dims=n,y,x,c`` as a tuple of distinct names, one per axis."""
+    if text is None:
+        return None
+    names = tuple(part.strip() for part in text.split(","))
+    if len(names) != ndim or len(set(names)) != ndim or not all(NAME.fullmatch(n) for n in names):
+        raise bad_request(f"dims must be {ndim} distinct comma-separated names of [A-Za-z0-9._-], got {text!r}")
+    return names
+
+
+def parse_chunks(text: str | None, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``?chunks=1,256,256,-1`` (``-1``: the whole axis) as one positive chunk length per axis."""
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",")] if shape else []
+    except ValueError:
+        raise bad_request(f"chunks must be comma-separated integers, got {text!r}") from None
+    if len(values) != len(shape) or any(v == 0 or v < -1 for v in values):
+        raise bad_request(f"chunks must give {len(shape)} positive lengths (or -1 for a whole axis), got {text!r}")
+    return tuple(max(1, n) if v == -1 else v for v, n in zip(values, shape))
+
+
+def stream_chunks(shape: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:
+    """Chunks that a C-order byte stream fills one after another, each about ``target`` bytes.
+
+    Axes before the split axis get chunk 1, the split axis as many rows as fit, the axes after
+    it stay whole; so every chunk is one contiguous run of the stream.
+    """
+    tail = itemsize
+    for axis in reversed(range(len(shape))):
+        if tail * shape[axis] > target:
+            rows = max(1, target // tail)
+            return (1,) * axis + (rows,) + tuple(max(1, n) for n in shape[axis + 1:])
+        tail *= shape[axis]
+    return tuple(max(1, n) for n in shape)
+
+
+def stored_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype Zarr stores for ``dtype``: little-endian, raw bits for bfloat16/complex32."""
+    name = dtypes.name(np.dtype(dtype))
+    return _RAW_BITS[name] if name in _RAW_BITS else np.dtype(dtype).newbyteorder("<")
+
+
+def to_stored(arr: xr.DataArray) -> xr.DataArray:
+    """The DataArray as Zarr stores it: bfloat16/complex32 as raw bits with ``ops_dtype``."""
+    name = dtypes.name(np.dtype(arr.dtype))
+    if name in _RAW_BITS:
+        return arr.copy(data=arr.data.view(_RAW_BITS[name])).assign_attrs({DTYPE_ATTR: name})
+    return arr
+
+
+def from_stored(arr: xr.DataArray) -> xr.DataArray:
+    """The inverse of ``to_stored``: raw bits viewed as the dtype ``ops_dtype`` names."""
+    name = arr.attrs.get(DTYPE_ATTR)
+    if name in _REAL:
+        attrs = {k: v for k, v in arr.attrs.items() if k != DTYPE_ATTR}
+        return xr.DataArray(arr.data.view(_REAL[name]), dims=arr.dims, coords=arr.coords, attrs=attrs,
+                            name=arr.name)
+    return arr
+
+
+@dataclass
+class Located:
+    """An array found in the store: its group path and its data variable's name."""
+
+    name: str
+    path: Path
+    variable: str
+
+
+class ArrayStore:
+    """Arrays as Zarr v3 groups under one data root. Every method is blocking (run it in a
+    thread from async code)."""
+
+    def __init__(self, root: Path, *, chunk_bytes: int, max_upload_bytes: int):
+        self.root = Path(root).resolve()
+        self.arrays = self.root / "arrays"
+        self.tmp = self.root / "tmp"
+        self.chunk_bytes = chunk_bytes
+        self.max_upload_bytes = max_upload_bytes
+        self.arrays.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+
+    # --- names and paths ------------------------------------------------------------------
+
+    def path(self, name: str) -> Path:
+        """The group path of ``name``, checked to stay inside the data root."""
+        check_name(name)
+        path = self.arrays / name
+        if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(self.arrays)):
+            raise bad_request(f"array name {name!r} does not resolve inside the data root")
+        return path
+
+    def exists(self, name: str) -> bool:
+        path = self.path(name)
+        return (path / "zarr.json").is_file()
+
+    def locate(self, name: str) -> Located:
+        path = self.path(name)
+        if not (path / "zarr.json").is_file():
+            raise no_such_array(name)
+        meta = json.loads((path / "zarr.json").read_text())
+        arrays = meta.get("consolidated_metadata", {}).get("metadata", {})
+        coords = set()
+        for key, child in arrays.items():
+            coords.update(str(child.get("attributes", {}).get("coordinates", "")).split())
+            if child.get("dimension_names") == [key]:
+                coords.add(key)
+        variables = [k for k, child in arrays.items()
+                     if child.get("node_type") == "array" and "/" not in k and k not in coords]
+        if len(variables) != 1:
+            raise bad_request(f"array {name!r} holds {len(variables)} data variables, expected one")
+        return Located(name, path, variables[0])
+
+    def temp_dir(self, prefix: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp))
+
+    def sweep(self) -> None:
+        """Remove everything under tmp/ (work of a service that stopped)."""
+        for entry in self.tmp.iterdir():
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def open(self, name: str, chunks=None) -> xr.DataArray:
+        """The stored array as a lazy (Dask-backed) DataArray with its real dtype."""
+        found = self.locate(name)
+        ds = xr.open_zarr(found.path, zarr_format=3, consolidated=True, mask_and_scale=False,
+                          chunks={} if chunks is None else chunks)
+        arr = ds[found.variable]
+        arr.attrs.pop("_FillValue", None)
+        arr.encoding = {}
+        return from_stored(arr)
+
+    def info(self, name: str) -> dict:
+        arr = self.open(name)
+        return {
+            "name": name,
+            "shape": list(arr.shape),
+            "dtype": dtypes.name(np.dtype(arr.dtype)),
+            "chunks": [c[0] if c else 0 for c in arr.chunks] if arr.chunks else [],
+            "dims": [str(d) for d in arr.dims],
+            "attrs": _jsonable(arr.attrs),
+        }
+
+    def names(self) -> list[str]:
+        return sorted(p.name for p in self.arrays.iterdir()
+                      if NAME.fullmatch(p.name) and not p.name.startswith(".") and (p / "zarr.json").is_file())
+
+    def key_path(self, name: str, key: str) -> Path | None:
+        """The file of Zarr key ``key`` inside array ``name``, or None when there is none."""
+        found = self.path(name)
+        if not (found / "zarr.json").is_file():
+            raise no_such_array(name)
+        parts = key.split("/")
+        if not key or not all(_KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+            return None
+        path = found.joinpath(*parts)
+        if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(found.resolve()):
+            return None
+        return path
+
+    def iter_npy(self, name: str, piece_bytes: int | None = None) -> tuple[np.dtype, Iterator[bytes]]:
+        """The array as NPY bytes, C order, produced slab by slab (never whole in memory)."""
+        arr = self.open(name)
+        dtype = np.dtype(arr.dtype)
+        data = arr.data
+        target = piece_bytes or self.chunk_bytes
+
+        def pieces():
+            yield npy.header_bytes(dtype, arr.shape)
+            for region in _c_order_regions(arr.shape, data.chunksize, dtype.itemsize, target):
+                block = np.asarray(data[region].compute(scheduler="threads"))
+                wire, _ = npy.wire_dtype(dtype)
+                yield np.ascontiguousarray(block).view(wire).tobytes()
+
+        return dtype, pieces()
+
+    # --- writing --------------------------------------------------------------------------
+
+    def publish(self, built: Path, name: str, overwrite: bool) -> None:
+        """Move the group built at ``built`` to ``name`` in one rename; 409 if taken."""
+        target = self.path(name)
+        if target.exists():
+            if not overwrite:
+                shutil.rmtree(built, ignore_errors=True)
+                raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
+            old = self.tmp / f"replaced-{uuid.uuid4().hex}"
+            os.rename(target, old)
+            os.rename(built, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(built, target)
+
+    def delete(self, name: str) -> None:
+        path = self.path(name)
+        if not (path / "zarr.json").is_file():
+            raise no_such_array(name)
+        trash = self.tmp / f"deleted-{uuid.uuid4().hex}"
+        os.rename(path, trash)  # the name disappears at once and whole
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def write_skeleton(self, path: Path, arr: xr.DataArray, chunks: tuple[int, ...], variable: str):
+        """Write the group's metadata (and coordinates) for ``arr``; data chunks come later.
+
+        Returns the Dask store graph (a Delayed) that fills the data variable from ``arr``.
+        """
+        stored = to_stored(arr)
+        ds = stored.to_dataset(name=variable)
+        encoding = {variable: {"chunks": chunks}} if stored.ndim else {}
+        return ds.to_zarr(path, zarr_format=3, consolidated=True, compute=False, mode="w",
+                          encoding=encoding)
+
+    def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
+                   overwrite: bool) -> NpyUpload:
+        check_name(name)
+        if self.exists(name) and not overwrite:
+            raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
+        return NpyUpload(self, name, dims, chunks, declared_dtype, overwrite)
+
+    def zip_upload(self, name: str, archive: Path, *, variable: str | None, dims: str | None,
+                   chunks: str | None, overwrite: bool) -> dict:
+        """Import a zipped Zarr v3 store (e.g. from ``xarray.Dataset.to_zarr``) as array ``name``."""
+        check_name(name)
+        if self.exists(name) and not overwrite:
+            raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
+        unpacked = self.temp_dir("unzip-")
+        built = self.temp_dir("zip-")
+        try:
+            try:
+                root = zipstore.extract_zarr_zip(archive, unpacked, max_bytes=self.max_upload_bytes)
+            except zipstore.ZipTooLarge as error:
+                raise too_large(str(error)) from None
+            except zipstore.ZipStoreError as error:
+                raise bad_request(str(error)) from None
+            try:
+                ds = xr.open_zarr(root, zarr_format=3, mask_and_scale=False, chunks={},
+                                  consolidated=None)
+            except Exception as error:  # whatever zarr/xarray refuse in a client's store
+                raise bad_request(f"the zip does not hold a readable Zarr v3 store: {error}") from None
+            names = [str(v) for v in ds.data_vars]
+            if variable is None:
+                if len(names) != 1:
+                    raise bad_request(f"the store holds data variables {names}; choose one with ?variable=")
+                variable = names[0]
+            elif variable not in names:
+                raise bad_request(f"variable must be one of the store's data variables {names}, got {variable!r}")
+            arr = from_stored(ds[variable])
+            arr.attrs.pop("_FillValue", None)
+            try:
+                dtypes.check_supported(f"variable {variable!r}", arr.dtype)
+            except ValueError as error:
+                raise bad_request(str(error)) from None
+            if dims is not None:
+                arr = arr.rename(dict(zip(arr.dims, parse_dims(dims, arr.ndim))))
+            wanted = parse_chunks(chunks, arr.shape) or tuple(c[0] if c else 1 for c in arr.chunks)
+            arr = arr.chunk(dict(zip(arr.dims, wanted)))
+            for coord in arr.coords.values():
+                coord.encoding = {}
+            arr.encoding = {}
+            fill = self.write_skeleton(built, arr, wanted, variable)
+            dask.compute(fill, scheduler="threads")
+            self.publish(built, name, overwrite)
+        finally:
+            shutil.rmtree(unpacked, ignore_errors=True)
+            shutil.rmtree(built, ignore_errors=True)
+        return self.info(name)
+
+
+class NpyUpload:
+    """An NPY body arriving in pieces, written chunk by chunk into a new array.
+
+    Feed it the request body with ``feed`` (cheap, no I/O) and call ``flush`` (blocking: it
+    writes every complete chunk) whenever ``pending`` grows past ``chunk_bytes``; ``finish``
+    checks the byte count and publishes the array. Memory stays about one chunk.
+    """
+
+    def __init__(self, store: ArrayStore, name, dims, chunks, declared_dtype, overwrite):
+        self.store, self.name, self.overwrite = store, name, overwrite
+        self._dims_text, self._chunks_text, self._declared = dims, chunks, declared_dtype
+        self._buffer = bytearray()
+        self.header: npy.NpyHeader | None = None
+        self.received = 0
+        self._written = 0  # data bytes written so far
+        self._built: Path | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, piece: bytes) -> None:
+        self._buffer += piece
+        self.received += len(piece)
+        if self.header is None:
+            self.header = npy.parse_header(bytes(self._buffer[: npy.MAX_HEADER_BYTES + 16]),
+                                           max_bytes=self.store.max_upload_bytes,
+                                           declared_dtype=self._declared)
+            if self.header is not None:
+                del self._buffer[: self.header.data_offset]
+        if self.header is not None and self._written + len(self._buffer) > self.header.nbytes:
+            raise npy.NpyError(
+                f"NPY body: declared {self.header.nbytes} data bytes, got more "
+                f"({self._written + len(self._buffer)} so far)"
+            )
+
+    def _prepare(self) -> None:
+        h = self.header
+        # Fortran-order data is the C-order data of the reversed shape, transposed.
+        shape = h.shape[::-1] if h.fortran_order else h.shape
+        self._dtype = h.dtype.newbyteorder("<") if h.dtype.byteorder == ">" else h.dtype
+        self._stored = stored_dtype(self._dtype)
+        self._dims = parse_dims(self._dims_text, len(h.shape)) or tuple(f"dim_{k}" for k in range(len(h.shape)))
+        self._final_chunks = parse_chunks(self._chunks_text, h.shape)
+        self._stream_chunks = stream_chunks(shape, self._dtype.itemsize, self.store.chunk_bytes)
+        self._built = self.store.temp_dir("npy-")
+        self._direct = not h.fortran_order and self._final_chunks in (None, self._stream_chunks)
+        if self._direct:
+            template = xr.DataArray(da.empty(shape, dtype=self._dtype, chunks=self._stream_chunks), dims=self._dims)
+            self.store.write_skeleton(self._built, template, self._stream_chunks, self.name)
+            self._target = zarr.open_array(self._built / self.name, mode="r+")
+        else:  # stream into a raw array, then reorder/rechunk it in a second pass
+            self._target = zarr.create_array(self._built / "stream", shape=shape, dtype=self._stored,
+                                             chunks=self._stream_chunks, zarr_format=3, fill_value=0)
+        grid = [range(math.ceil(n / c)) for n, c in zip(shape, self._stream_chunks)]
+        self._regions = list(itertools.product(*grid))  # C order: the order the bytes arrive in
+        self._shape = shape
+        self._chunk_index = 0
+
+    def flush(self) -> None:
+        """Write every chunk whose bytes have all arrived (blocking)."""
+        if self.header is None:
+            return
+        if self._built is None:
+            self._prepare()
+        while self._chunk_index < len(self._regions):
+            index = self._regions[self._chunk_index]
+            region = tuple(slice(i * c, min((i + 1) * c, n))
+                           for i, c, n in zip(index, self._stream_chunks, self._shape))
+            size = math.prod(s.stop - s.start for s in region) * self._dtype.itemsize
+            if len(self._buffer) < size:
+                return
+            block = np.frombuffer(bytes(self._buffer[:size]), dtype=self.header.dtype)
+            del self._buffer[:size]
+            self._target[region] = _raw(block, self._stored).reshape([s.stop - s.start for s in region])
+            self._written += size
+            self._chunk_index += 1
+
+    def finish(self) -> dict:
+        """Check the byte count, complete the array and publish it (blocking)."""
+        if self.header is None:
+            raise npy.NpyError(f"NPY body: {self.received} bytes do not hold a complete NPY header")
+        self.flush()
+        if self._written + len(self._buffer) != self.header.nbytes or self._chunk_index != len(self._regions):
+            raise npy.NpyError(
+                f"NPY body: declared {self.header.nbytes} data bytes, got {self._written + len(self._buffer)}"
+            )
+        if not self._direct:
+            data = da.from_zarr(self._target).view(self._dtype)
+            if self.header.fortran_order:
+                data = data.T
+            chunks = self._final_chunks or stream_chunks(data.shape, self._dtype.itemsize, self.store.chunk_bytes)
+            arr = xr.DataArray(data.rechunk(chunks), dims=self._dims)
+            final = self.store.temp_dir("npy-final-")
+            try:
+                fill = self.store.write_skeleton(final, arr, chunks, self.name)
+                dask.compute(fill, scheduler="threads")
+            except BaseException:
+                shutil.rmtree(final, ignore_errors=True)
+                raise
+            shutil.rmtree(self._built, ignore_errors=True)
+            self._built = final
+        self.store.publish(self._built, self.name, self.overwrite)
+        self._built = None
+        return self.store.info(self.name)
+
+    def abort(self) -> None:
+        if self._built is not None:
+            shutil.rmtree(self._built, ignore_errors=True)
+            self._built = None
+
+
+def _raw(block: np.ndarray, stored: np.dtype) -> np.ndarray:
+    """A block as the stored dtype (raw bits for bfloat16/complex32), little-endian."""
+    if block.dtype.byteorder == ">":
+        block = block.byteswap().view(block.dtype.newbyteorder("<"))
+    return block.view(stored) if block.dtype != stored else block
+
+
+def _c_order_regions(shape, chunks, itemsize: int, target: int):
+    """Regions of ``shape`` that, read one after another, give the array in C order.
+
+    Rows of the split axis are taken a whole chunk at a time when that slab is small enough,
+    so each stored chunk is read once.
+    """
+    if not shape:
+        yield ()
+        return
+    if 0 in shape:
+        return
+    tail, axis = itemsize, -1
+    for a in reversed(range(len(shape))):
+        if tail * shape[a] > target:
+            axis = a
+            break
+        tail *= shape[a]
+    if axis < 0:
+        yield tuple(slice(0, n) for n in shape)
+        return
+    rows = chunks[axis] if chunks[axis] * tail <= 4 * target else max(1, target // tail)
+    for lead in itertools.product(*(range(n) for n in shape[:axis])):
+        for start in range(0, shape[axis], rows):
+            yield (*lead, slice(start, min(start + rows, shape[axis])))
+
+
+def _jsonable(attrs: dict) -> dict:
+    out = {}
+    for key, value in attrs.items():
+        try:
+            json.dumps(value)
+            out[str(key)] = value
+        except TypeError:
+            out[str(key)] = value.tolist() if hasattr(value, "tolist") else str(value)
+    return out
