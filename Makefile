@@ -4,12 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: serve demo test bench bench-service clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# The service on 127.0.0.1:8000 with an embedded Dask cluster; arrays and jobs under ./data.
+serve: $(STAMP)
+	$(BIN)/python -m service --host 127.0.0.1 --port $(or $(PORT),8000) --data-root data
 
 demo: $(STAMP)
 	$(BIN)/python -m ops.demo
@@ -20,6 +24,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.rearrange
 	$(BIN)/python -m bench.gather_dequant
+
+bench-service: $(STAMP)
+	$(BIN)/python -m bench.service
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

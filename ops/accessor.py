@@ -21,12 +21,8 @@ from collections.abc import Mapping
 import numpy as np
 import xarray as xr
 
-from ops import _validate
-from ops.dequant import ascend_dequant
-from ops.depth_space import depth_to_space, space_to_depth
+from ops import _validate, registry
 from ops.errors import InvalidArgument
-from ops.gather_nd import gather_nd
-from ops.space_batch import batch_to_space_nd, space_to_batch_nd
 
 ROLE_NAMES = {
     "N": ("n", "batch", "sample", "samples", "image", "images", "time"),
@@ -192,8 +188,7 @@ class OpsAccessor:
         data_format = "NCHW_VECT_C" if "V" in roles else _layout(work.dims, roles)
         layout = {"NHWC": "NHWC", "NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}[data_format]
         work = work.transpose(*(roles[r] for r in layout))
-        function = depth_to_space if op == "depth_to_space" else space_to_depth
-        data = function(work.data, block_size, data_format=data_format, mode=mode)
+        data = registry.get(op).function(work.data, block_size, data_format=data_format, mode=mode)
         factor = int(block_size)
         scale = (lambda v: _refined(v, factor)) if op == "depth_to_space" else (lambda v: _coarsened(v, factor))
         coords = _kept_coords(arr, {roles["H"], roles["W"], roles["C"], roles.get("V")},
@@ -236,8 +231,7 @@ class OpsAccessor:
         work = arr.transpose(roles["N"], *spatial, *rest)
         blocks = [block_shape[d] for d in spatial]
         rows = [pairs.get(d, (0, 0)) for d in spatial]  # ops checks their shape and values
-        function = space_to_batch_nd if op == "space_to_batch_nd" else batch_to_space_nd
-        data = function(work.data, blocks, rows)
+        data = registry.get(op).function(work.data, blocks, rows)
         coords = _kept_coords(arr, {roles["N"], *spatial})
         key = "paddings" if op == "space_to_batch_nd" else "crops"
         attrs = _history(arr, op, block_shape=_plain_ints(block_shape), **{key: _plain_ints(pairs)},
@@ -308,7 +302,8 @@ class OpsAccessor:
         if clash:
             raise DimensionError(f"gather_nd: dims {sorted(clash)} are in both the indices' leading dims and the result's params dims")
         work = params.transpose(*batch, *indexed, *rest)
-        data = gather_nd(work.data, indices.data, batch_dims=batch_dims, negative_index_support=negative_index_support)
+        data = registry.get("gather_nd").function(work.data, indices.data, batch_dims=batch_dims,
+                                                  negative_index_support=negative_index_support)
         coords = {name: c.variable for name, c in indices.coords.items() if tuple_dim not in c.dims}
         for name, coord in params.coords.items():
             if set(coord.dims) <= set(rest) and name not in coords:
@@ -364,7 +359,7 @@ class OpsAccessor:
             scale = _aligned(scale, src, shared[0])
         work = src.transpose(rows, cols)
         values = scale.data if isinstance(scale, xr.DataArray) else scale
-        data = ascend_dequant(work.data, values, dst_dtype=dst_dtype, calc_count=calc_count, mode=mode,
+        data = registry.get("ascend_dequant").function(work.data, values, dst_dtype=dst_dtype, calc_count=calc_count, mode=mode,
                               policy=policy, group_size=group_size,
                               k_dim=k_dim if policy == "per_group" else 1, align_output=align_output)
         padded = data.shape[1] != work.shape[1]
@@ -476,3 +471,86 @@ class OpsDatasetAccessor:
 
     def invert(self) -> xr.Dataset:
         return self._apply("invert")
+
+
+# ---------------------------------------------------------------------------------------------
+# Dims by name for the registry: each adapter runs the accessor on DataArray inputs whose dims
+# it recognises, or returns None so the plain function runs positionally (ops.registry.apply).
+
+
+def _named(arr) -> bool:
+    return registry._is_named(arr)
+
+
+def _depth_adapter(op: str):
+    def call(arrays, kwargs, dims):
+        x = arrays["x"]
+        if not isinstance(x, xr.DataArray) or not (_named(x) or dims):
+            return None
+        try:
+            roles = find_dims(x.dims, op, "HWC", "NV", dims)
+        except MissingDims:
+            if dims:
+                raise
+            return None  # names the accessor does not know: positional, by data_format
+        layout = "NCHW_VECT_C" if "V" in roles else _layout(("__n__", *x.dims), {"N": "__n__", **roles})
+        asked = kwargs.get("data_format")
+        if asked is not None and asked != layout:
+            raise InvalidArgument(
+                f"data_format {asked!r} disagrees with the dims of x {tuple(x.dims)}, which say {layout}; "
+                "omit data_format to go by the dim names, or pass dims"
+            )
+        return x.ops._depth(op, kwargs["block_size"], kwargs.get("mode", "DCR"), dims)
+
+    return call
+
+
+def _batch_nd_adapter(op: str, pairs_name: str):
+    def call(arrays, kwargs, dims):
+        x = arrays["x"]
+        if not isinstance(x, xr.DataArray) or not (_named(x) or dims):
+            return None
+        batch = (dims or {}).get("N", x.dims[0])
+        spatial = [d for d in x.dims if d != batch]
+        blocks, rows = kwargs.get("block_shape"), kwargs.get(pairs_name)
+        blocks = blocks.tolist() if isinstance(blocks, np.ndarray) else blocks
+        rows = rows.tolist() if isinstance(rows, np.ndarray) else rows
+        # Shapes the mapping form cannot express: the plain function names the broken rule.
+        if not isinstance(blocks, list) or len(blocks) > len(spatial):
+            return None
+        if rows is not None and (not isinstance(rows, list) or len(rows) != len(blocks)):
+            return None
+        pairs = None if rows is None else dict(zip(spatial, rows))
+        return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, {"N": batch})
+
+    return call
+
+
+def _space_to_batch_adapter(arrays, kwargs, dims):
+    x = arrays["x"]
+    if not isinstance(x, xr.DataArray) or not (_named(x) or dims):
+        return None
+    try:
+        find_dims(x.dims, "space_to_batch", "NHW", "", dims)
+    except MissingDims:
+        if dims:
+            raise
+        return None
+    return x.ops.space_to_batch(kwargs["block_size"], kwargs["paddings"], dims=dims)
+
+
+def _gather_adapter(arrays, kwargs, dims):
+    params, indices = arrays["params"], arrays["indices"]
+    if not (_named(params) and isinstance(indices, xr.DataArray)):
+        return None
+    return params.ops.gather_nd(indices, **kwargs)
+
+
+NAMED_DIMS = {
+    "depth_to_space": _depth_adapter("depth_to_space"),
+    "space_to_depth": _depth_adapter("space_to_depth"),
+    "space_to_batch": _space_to_batch_adapter,
+    "space_to_batch_nd": _batch_nd_adapter("space_to_batch_nd", "paddings"),
+    "batch_to_space_nd": _batch_nd_adapter("batch_to_space_nd", "crops"),
+    "gather_nd": _gather_adapter,
+}

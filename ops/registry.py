@@ -7,8 +7,9 @@ process descriptions and the OpenAPI document are generated from these entries.
 
 ``apply`` runs an entry on NumPy/Dask arrays or on xarray DataArrays. A DataArray whose dims
 the ``.ops`` accessor recognises (or an explicit ``dims`` mapping) goes through the accessor,
-so dims are matched by name and coordinates and attrs are kept; anything else runs the plain
-function positionally and the result gets the dim names of the operator's roles.
+so dims are matched by name and coordinates and attrs are kept (the accessor's
+``NAMED_DIMS`` adapters); anything else runs the plain function positionally and the result
+gets the dim names of the operator's roles.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 import xarray as xr
 from pydantic import BaseModel
 
-from ops import accessor as _accessor
 from ops.dequant import ascend_dequant
 from ops.depth_space import depth_to_space, space_to_depth
 from ops.errors import InvalidArgument
@@ -60,9 +59,8 @@ class Operator:
         A short human title.
     scalar_inputs : tuple of str
         Array inputs that may also be a plain number (``deq_scale``).
-    named_dims : callable
-        ``named_dims(arrays, kwargs, dims) -> DataArray | None``: the accessor call for inputs
-        with dims by name, or None when the plain function applies.
+    accepts_dims : bool
+        Whether DataArray inputs go through the ``.ops`` accessor (dims by name, ``dims=``).
     roles : callable
         ``roles(kwargs, ndim) -> tuple[str, ...]``: dim names for a plain result.
     """
@@ -72,8 +70,8 @@ class Operator:
     params: type[BaseModel]
     array_inputs: tuple[str, ...]
     title: str
-    named_dims: Callable
     roles: Callable
+    accepts_dims: bool = True
     scalar_inputs: tuple[str, ...] = ()
     keywords: tuple[str, ...] = field(init=False)
 
@@ -87,97 +85,9 @@ class Operator:
         return " ".join(doc.split("\n\n")[0].split())
 
     @property
-    def accepts_dims(self) -> bool:
-        """Whether the operator takes dims by name (the accessor's ``dims=``)."""
-        return self.named_dims is not _no_named
-
-    @property
     def inputs(self) -> tuple[str, ...]:
         """Every input name: array inputs, keyword parameters, then ``dims`` if it takes them."""
         return (*self.array_inputs, *self.keywords, *(("dims",) if self.accepts_dims else ()))
-
-
-# ---------------------------------------------------------------------------------------------
-# Dims by name: the accessor call for each operator (None: use the plain function)
-
-
-def _is_named(arr) -> bool:
-    return isinstance(arr, xr.DataArray) and not all(_DEFAULT_DIM.fullmatch(str(d)) for d in arr.dims)
-
-
-def _depth_named(op: str):
-    def call(arrays, kwargs, dims):
-        x = arrays["x"]
-        if not isinstance(x, xr.DataArray) or not (_is_named(x) or dims):
-            return None
-        try:
-            roles = _accessor.find_dims(x.dims, op, "HWC", "NV", dims)
-        except _accessor.MissingDims:
-            if dims:
-                raise
-            return None  # names the accessor does not know: positional, by data_format
-        layout = "NCHW_VECT_C" if "V" in roles else _accessor._layout(
-            ("__n__", *x.dims), {"N": "__n__", **roles})
-        asked = kwargs.get("data_format")
-        if asked is not None and asked != layout:
-            raise InvalidArgument(
-                f"data_format {asked!r} disagrees with the dims of x {tuple(x.dims)}, which say {layout}; "
-                "omit data_format to go by the dim names, or pass dims"
-            )
-        method = getattr(x.ops, op)
-        return method(kwargs["block_size"], mode=kwargs.get("mode", "DCR"), dims=dims)
-
-    return call
-
-
-def _batch_nd_named(op: str, pairs_name: str):
-    def call(arrays, kwargs, dims):
-        x = arrays["x"]
-        if not isinstance(x, xr.DataArray) or not (_is_named(x) or dims):
-            return None
-        batch = (dims or {}).get("N", x.dims[0])
-        spatial = [d for d in x.dims if d != batch]
-        blocks = _plain_list(kwargs.get("block_shape"))
-        rows = _plain_list(kwargs.get(pairs_name))
-        if not isinstance(blocks, list) or len(blocks) > len(spatial):
-            return None  # let the plain function name the rule that is broken
-        pairs = None
-        if rows is not None:
-            if not isinstance(rows, list) or len(rows) != len(blocks):
-                return None
-            pairs = dict(zip(spatial, rows))
-        method = getattr(x.ops, op)
-        return method(dict(zip(spatial, blocks)), pairs, dims={"N": batch})
-
-    return call
-
-
-def _space_to_batch_named(arrays, kwargs, dims):
-    x = arrays["x"]
-    if not isinstance(x, xr.DataArray) or not (_is_named(x) or dims):
-        return None
-    try:
-        _accessor.find_dims(x.dims, "space_to_batch", "NHW", "", dims)
-    except _accessor.MissingDims:
-        if dims:
-            raise
-        return None
-    return x.ops.space_to_batch(kwargs["block_size"], kwargs["paddings"], dims=dims)
-
-
-def _gather_named(arrays, kwargs, dims):
-    params, indices = arrays["params"], arrays["indices"]
-    if not (_is_named(params) and isinstance(indices, xr.DataArray)):
-        return None
-    return params.ops.gather_nd(indices, **kwargs)
-
-
-def _no_named(arrays, kwargs, dims):
-    return None
-
-
-def _plain_list(value):
-    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,20 +114,17 @@ def _dequant_roles(kwargs, ndim):
 OPERATORS: dict[str, Operator] = {
     op.name: op
     for op in (
-        Operator("depth_to_space", depth_to_space, DepthToSpaceParams, ("x",), "DepthToSpace",
-                 _depth_named("depth_to_space"), _depth_roles),
-        Operator("space_to_depth", space_to_depth, SpaceToDepthParams, ("x",), "SpaceToDepth",
-                 _depth_named("space_to_depth"), _depth_roles),
-        Operator("space_to_batch", space_to_batch, SpaceToBatchParams, ("x",), "SpaceToBatch",
-                 _space_to_batch_named, _depth_roles),
+        Operator("depth_to_space", depth_to_space, DepthToSpaceParams, ("x",), "DepthToSpace", _depth_roles),
+        Operator("space_to_depth", space_to_depth, SpaceToDepthParams, ("x",), "SpaceToDepth", _depth_roles),
+        Operator("space_to_batch", space_to_batch, SpaceToBatchParams, ("x",), "SpaceToBatch", _depth_roles),
         Operator("space_to_batch_nd", space_to_batch_nd, SpaceToBatchNDParams, ("x",), "SpaceToBatchND",
-                 _batch_nd_named("space_to_batch_nd", "paddings"), _batch_roles),
+                 _batch_roles),
         Operator("batch_to_space_nd", batch_to_space_nd, BatchToSpaceNDParams, ("x",), "BatchToSpaceND",
-                 _batch_nd_named("batch_to_space_nd", "crops"), _batch_roles),
-        Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd",
-                 _gather_named, _gather_roles),
+                 _batch_roles),
+        Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd", _gather_roles),
+        # The accessor's dequant aligns scales by dim name, which a positional request cannot say.
         Operator("ascend_dequant", ascend_dequant, AscendDequantParams, ("src", "deq_scale"), "AscendDequant",
-                 _no_named, _dequant_roles, scalar_inputs=("deq_scale",)),
+                 _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",)),
     )
 }
 
@@ -228,6 +135,11 @@ def get(name: str) -> Operator:
         return OPERATORS[name]
     except KeyError:
         raise InvalidArgument(f"operator must be one of {', '.join(OPERATORS)}, got {name!r}") from None
+
+
+def _is_named(arr) -> bool:
+    """A DataArray with dim names of its own (not xarray's dim_0, dim_1, ...)."""
+    return isinstance(arr, xr.DataArray) and not all(_DEFAULT_DIM.fullmatch(str(d)) for d in arr.dims)
 
 
 def _data(value):
@@ -274,9 +186,12 @@ def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object],
         raise InvalidArgument(
             f"dims must map roles to dim names, e.g. {{'H': 'y'}}, and {name} must take dims by name; got {dims!r}"
         )
-    named = op.named_dims(arrays, dict(kwargs), dims)
-    if named is not None:
-        return named
+    if op.accepts_dims:
+        from ops import accessor  # the accessor itself looks its functions up here
+
+        named = accessor.NAMED_DIMS[name](arrays, dict(kwargs), dims)
+        if named is not None:
+            return named
     result = op.function(*(_data(arrays[k]) for k in op.array_inputs), **kwargs)
     first = arrays[op.array_inputs[0]]
     if isinstance(first, xr.DataArray) and _is_named(first) and first.ndim == result.ndim and name != "gather_nd":

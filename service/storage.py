@@ -36,6 +36,8 @@ from service.errors import bad_request, conflict, no_such_array, too_large
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
+# The largest chunk (or shard) an uploaded Zarr store may declare.
+MAX_CHUNK_BYTES = 512 * 2**20
 DTYPE_ATTR = "ops_dtype"
 # Stored in place of the dtypes Zarr v3 has no name for.
 _RAW_BITS = {"bfloat16": np.dtype("<u2"), "complex32": np.dtype("<u4")}
@@ -183,6 +185,8 @@ class ArrayStore:
                           chunks={} if chunks is None else chunks)
         arr = ds[found.variable]
         arr.attrs.pop("_FillValue", None)
+        # The group's attrs (a Dataset's title, history, ...) under the variable's own.
+        arr.attrs = {**ds.attrs, **arr.attrs}
         arr.encoding = {}
         return from_stored(arr)
 
@@ -254,13 +258,15 @@ class ArrayStore:
         os.rename(path, trash)  # the name disappears at once and whole
         shutil.rmtree(trash, ignore_errors=True)
 
-    def write_skeleton(self, path: Path, arr: xr.DataArray, chunks: tuple[int, ...], variable: str):
+    def write_skeleton(self, path: Path, arr: xr.DataArray, chunks: tuple[int, ...], variable: str,
+                       group_attrs: dict | None = None):
         """Write the group's metadata (and coordinates) for ``arr``; data chunks come later.
 
         Returns the Dask store graph (a Delayed) that fills the data variable from ``arr``.
         """
         stored = to_stored(arr)
         ds = stored.to_dataset(name=variable)
+        ds.attrs = dict(group_attrs or {})
         encoding = {variable: {"chunks": chunks}} if stored.ndim else {}
         return ds.to_zarr(path, zarr_format=3, consolidated=True, compute=False, mode="w",
                           encoding=encoding)
@@ -282,7 +288,8 @@ class ArrayStore:
         built = self.temp_dir("zip-")
         try:
             try:
-                root = zipstore.extract_zarr_zip(archive, unpacked, max_bytes=self.max_upload_bytes)
+                root = zipstore.extract_zarr_zip(archive, unpacked, max_bytes=self.max_upload_bytes,
+                                                 max_chunk_bytes=min(MAX_CHUNK_BYTES, self.max_upload_bytes))
             except zipstore.ZipTooLarge as error:
                 raise too_large(str(error)) from None
             except zipstore.ZipStoreError as error:
@@ -312,7 +319,7 @@ class ArrayStore:
             for coord in arr.coords.values():
                 coord.encoding = {}
             arr.encoding = {}
-            fill = self.write_skeleton(built, arr, wanted, variable)
+            fill = self.write_skeleton(built, arr, wanted, variable, group_attrs=ds.attrs)
             dask.compute(fill, scheduler="threads")
             self.publish(built, name, overwrite)
         finally:

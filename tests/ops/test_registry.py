@@ -1,0 +1,62 @@
+"""The registry: one entry per public operator, matching the function it names."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import ops
+from ops import registry
+from ops.errors import InvalidArgument
+from tests.helpers import assert_same
+
+
+def test_every_public_operator_is_registered_once():
+    public = {"depth_to_space", "space_to_depth", "space_to_batch", "space_to_batch_nd", "batch_to_space_nd",
+              "gather_nd", "ascend_dequant"}
+    assert set(registry.OPERATORS) == public
+    for name, op in registry.OPERATORS.items():
+        assert op.function is getattr(ops, name)
+
+
+@pytest.mark.parametrize("name", sorted(registry.OPERATORS))
+def test_entry_matches_the_function_signature(name):
+    """Array inputs then the Params model's fields are exactly the function's parameters."""
+    op = registry.OPERATORS[name]
+    parameters = list(inspect.signature(op.function).parameters)
+    assert parameters[: len(op.array_inputs)] == list(op.array_inputs)
+    assert sorted(parameters[len(op.array_inputs):]) == sorted(op.keywords)
+
+
+def test_apply_by_name_equals_the_plain_function_and_keeps_coordinates():
+    x = np.arange(2 * 2 * 2 * 8, dtype=np.float32).reshape(2, 2, 2, 8)
+    labelled = xr.DataArray(x, dims=("time", "y", "x", "band"), coords={"y": [0.0, 10.0], "x": [0.0, 10.0]},
+                            attrs={"units": "K"})
+    named = registry.apply("depth_to_space", {"x": labelled}, {"block_size": 2})
+    plain = registry.apply("depth_to_space", {"x": x}, {"block_size": 2})
+    assert_same(named.values, ops.depth_to_space(x, 2))
+    assert_same(plain.values, ops.depth_to_space(x, 2))
+    assert named.dims == ("time", "y", "x", "band") and plain.dims == ("n", "h", "w", "c")
+    np.testing.assert_array_equal(named["y"].values, [-2.5, 2.5, 7.5, 12.5])
+    assert named.attrs["units"] == "K" and "ops_history" in named.attrs
+
+
+def test_apply_nd_by_name_maps_block_shape_to_the_dims_after_batch():
+    x = np.arange(1 * 4 * 6 * 3).reshape(1, 4, 6, 3)
+    labelled = xr.DataArray(x, dims=("sample", "row", "col", "feature"), coords={"feature": ["a", "b", "c"]})
+    out = registry.apply("space_to_batch_nd", {"x": labelled}, {"block_shape": [2, 3], "paddings": [[0, 0], [0, 0]]})
+    assert_same(out.values, ops.space_to_batch_nd(x, [2, 3], [[0, 0], [0, 0]]))
+    assert list(out["feature"].values) == ["a", "b", "c"]
+
+
+def test_apply_refuses_unknown_parameters_and_conflicting_layout():
+    x = xr.DataArray(np.zeros((1, 2, 2, 4)), dims=("n", "y", "x", "c"))
+    with pytest.raises(InvalidArgument, match="has no parameter 'blocksize'"):
+        registry.apply("depth_to_space", {"x": x}, {"blocksize": 2})
+    with pytest.raises(InvalidArgument, match="data_format 'NCHW' disagrees"):
+        registry.apply("depth_to_space", {"x": x}, {"block_size": 2, "data_format": "NCHW"})
+    with pytest.raises(InvalidArgument, match="operator must be one of"):
+        registry.get("pixel_shuffle")

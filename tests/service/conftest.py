@@ -1,0 +1,50 @@
+"""Fixtures for the service tests: an app on a temporary data root with an in-process Dask
+cluster (fast), and NPY helpers."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+
+NPY = "application/x-npy"
+
+
+def make_settings(root, **overrides) -> Settings:
+    values = dict(data_root=root, n_workers=1, threads_per_worker=2, cluster_processes=False,
+                  memory_limit="4GiB")
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture(scope="module")
+def service_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data-root")
+
+
+@pytest.fixture(scope="module")
+def client(service_root):
+    """A TestClient on one app for the whole module (the cluster starts once)."""
+    with TestClient(create_app(make_settings(service_root))) as test_client:
+        yield test_client
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def inline(array: np.ndarray) -> dict:
+    """An inline NPY input of an ordinary dtype."""
+    return {"value": base64.b64encode(npy_bytes(array)).decode(), "encoding": "base64", "mediaType": NPY}
+
+
+def load_npy(content: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(content), allow_pickle=False)
