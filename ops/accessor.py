@@ -249,7 +249,7 @@ class OpsAccessor:
         return self._batch("batch_to_space_nd", block_shape, crops, dims)
 
     def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None) -> xr.DataArray:
-        """The seed operator on the H and W dims: ``paddings`` [[top, bottom], [left, right]]
+        """SpaceToBatch (the 4-D form) on the H and W dims: ``paddings`` [[top, bottom], [left, right]]
         (4 numbers in any of the SPEC's shapes)."""
         roles = find_dims(self._obj.dims, "space_to_batch", "NHW", "", dims)
         flat = np.asarray(paddings).reshape(-1) if np.size(paddings) == 4 else None

@@ -394,7 +394,7 @@ def space_to_batch_nd(x, block_shape, paddings):
 
 
 def space_to_batch(x, block_size, paddings):
-    """The seed operator: 4-D NHWC ``x``, square ``block_size`` (>= 1), ``paddings`` of 4
+    """SpaceToBatch, the 4-D form: NHWC ``x``, square ``block_size`` (>= 1), ``paddings`` of 4
     elements given as shape [2, 2], [4] or [1, 4] (``[pad_top, pad_bottom, pad_left,
     pad_right]``). Equals ``space_to_batch_nd(x, [bs, bs], paddings.reshape(2, 2))``.
     """

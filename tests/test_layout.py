@@ -29,10 +29,26 @@ def test_service_package_is_importable():
     _imports_after("import service")
 
 
-def test_readme_names_the_two_commands():
+def test_readme_names_the_two_commands_and_the_makefile_has_them():
     readme = (ROOT / "README.md").read_text()
-    assert "make test" in readme and "make demo" in readme
+    assert readme.index("make serve") < readme.index("make test")  # serve is the first command
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\nserve:" in makefile and "\ntest:" in makefile
+
+
+def test_user_docs_do_not_point_outside_the_project():
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        assert "../shared" not in path.read_text(), path
+
+
+def test_service_import_starts_nothing():
+    """create_app is a factory: importing the service opens no cluster, files or sockets."""
+    modules = _imports_after("import service.app")
+    assert "fastapi" in modules
+    out = subprocess.run([sys.executable, "-c", "import threading, service.app; print(threading.active_count())"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "1"
 
 
 def test_demo_runs():
