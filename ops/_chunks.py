@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 
+from ops.errors import InvalidArgument
+
 
 def boundaries(chunks: tuple[int, ...]) -> list[int]:
     """Chunk boundaries including 0 and the total: (2, 3) -> [0, 2, 5]."""
@@ -77,3 +79,16 @@ def regular(total: int, size: int) -> tuple[int, ...]:
         return (0,)
     size = max(size, 1)
     return (size,) * (total // size) + ((total % size,) if total % size else ())
+
+
+# More blocks than this is no graph Dask can schedule (each block is at least one task).
+MAX_BLOCKS = 10_000_000
+
+
+def check_block_count(op: str, blocks: int) -> None:
+    """Refuse a plan whose output would have more than MAX_BLOCKS blocks."""
+    if blocks > MAX_BLOCKS:
+        raise InvalidArgument(
+            f"{op}: the output would have {blocks} blocks, more than the {MAX_BLOCKS} a Dask graph can "
+            "hold; give the input larger chunks (or less padding)"
+        )

@@ -214,8 +214,8 @@ def space_to_batch_nd_chunks(chunks, block_shape, paddings):
     chunks = [tuple(c) for c in chunks]
     groups = math.prod(block_shape)
     out = list(chunks)
-    out[0] = tuple(chunks[0]) * groups
     zero_rows = []
+    blocks = len(chunks[0]) * groups * math.prod(len(c) for c in chunks[1 + len(block_shape):])
     for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
         axis = 1 + i
         length = sum(chunks[axis])
@@ -229,6 +229,12 @@ def space_to_batch_nd_chunks(chunks, block_shape, paddings):
         total = (length + before + after) // b
         zero_before = before // b
         zero_rows.append((zero_before, total - zero_before - sum(out[axis])))
+        size = max(max(out[axis]), 1)
+        blocks *= len(out[axis]) + sum(-(-rows // size) for rows in zero_rows[-1])
+    # Checked before any tuple of output chunks is built: padding can ask for more blocks
+    # than any graph can hold, and the tuples alone would exhaust memory.
+    _chunks.check_block_count("space_to_batch_nd", blocks)
+    out[0] = tuple(chunks[0]) * groups
     return tuple(chunks), tuple(out), tuple(zero_rows)
 
 

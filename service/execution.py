@@ -128,6 +128,7 @@ class Executor:
         self._dismissed: dict[str, threading.Event] = {}
         self._finished: dict[str, threading.Event] = {}
         self._slots = threading.Semaphore(max_jobs)
+        self._stopping = threading.Event()
 
     # --- planning (no work scheduled) -------------------------------------------------------
 
@@ -176,10 +177,37 @@ class Executor:
                     output.transmissionMode if output else "value", result_name, request.response, reads)
 
     def build(self, plan: Plan) -> xr.DataArray:
-        """The operator's result: lazy on stored inputs, computed on inline ones. Raises
-        InvalidArgument / IndexError (bad parameters) before anything runs on the cluster."""
-        arrays = {k: self.store.open(v) if isinstance(v, str) else v for k, v in plan.arrays.items()}
-        return registry.apply(plan.process_id, arrays, plan.kwargs, plan.dims)
+        """The operator's lazy result. Inline inputs become one-block Dask arrays, so nothing
+        is computed (or allocated) before the result's size has been checked. Raises
+        InvalidArgument / IndexError (bad parameters) before anything runs."""
+        arrays = {}
+        for name, value in plan.arrays.items():
+            if isinstance(value, str):
+                arrays[name] = self.store.open(value)
+            elif isinstance(value, np.ndarray):
+                arrays[name] = da.from_array(value, chunks=-1 if value.ndim else ())
+            else:
+                arrays[name] = value
+        result = registry.apply(plan.process_id, arrays, plan.kwargs, plan.dims)
+        self._check_size(plan, result)
+        return result
+
+    def _check_size(self, plan: Plan, result: xr.DataArray) -> None:
+        """Refuse a result the service would have to hold (inline value, or computed from
+        inline inputs in its own process) past the inline limit, and any result past the
+        upload limit."""
+        nbytes = math.prod(result.shape) * np.dtype(result.dtype).itemsize
+        if plan.transmission == "value" or plan.inline_only:
+            if nbytes > self.max_inline_bytes:
+                hint = ("ask for outputs.result.transmissionMode \"reference\" and download /arrays/NAME"
+                        if not plan.inline_only else
+                        "upload the inputs with PUT /arrays/NAME, pass their href and ask for transmissionMode "
+                        "\"reference\", so the cluster computes it")
+                raise too_large(f"the result is {nbytes} bytes, over the {self.max_inline_bytes}-byte inline "
+                                f"limit; {hint}")
+        elif nbytes > self.store.max_upload_bytes:
+            raise too_large(f"the result would be {nbytes} bytes, over the {self.store.max_upload_bytes}-byte "
+                            "limit of a stored array")
 
     # --- running --------------------------------------------------------------------------
 
@@ -192,7 +220,6 @@ class Executor:
         try:
             result = self._guarded(self.build, plan)
             if plan.transmission == "value":
-                self._check_inline(result)
                 value = self._guarded(self._compute_value, plan, result)
                 self.records.finish(plan.job_id, "successful", "done: the result was returned inline", progress=100)
                 return value
@@ -224,14 +251,23 @@ class Executor:
                                 progress=100)
         except Dismissed:
             self.records.finish(plan.job_id, "dismissed", "dismissed by the client")
-        except ServiceError as error:
-            self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status, error_type=error.type)
-        except Exception as error:  # a failure of the service itself: the job records it
-            log.exception("job %s failed", plan.job_id)
+        except Exception as error:
+            if self._stopping.is_set():  # cut short by the shutdown: records.mark_interrupted() says so
+                return
+            if isinstance(error, ServiceError):
+                self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status,
+                                    error_type=error.type)
+                return
+            log.exception("job %s failed", plan.job_id)  # a failure of the service itself
             self.records.finish(plan.job_id, "failed", f"{type(error).__name__}: {error}",
                                 error_status=500, error_type=JOB_FAILED)
         finally:
             self._finished[plan.job_id].set()
+
+    def shutdown(self) -> None:
+        """The service is stopping: jobs that fail from now on stay active, for
+        ``JobRecords.mark_interrupted`` to fail them with a message saying so."""
+        self._stopping.set()
 
     def dismiss(self, job_id: str, wait: float = 30.0) -> None:
         """Cancel a running job's tasks and wait (bounded) until its partial output is gone."""
@@ -256,36 +292,24 @@ class Executor:
         except CancelledError:
             raise Dismissed from None
 
-    def _check_inline(self, result: xr.DataArray) -> None:
-        nbytes = math.prod(result.shape) * np.dtype(result.dtype).itemsize
-        if nbytes > self.max_inline_bytes:
-            raise too_large(
-                f"the result is {nbytes} bytes, over the {self.max_inline_bytes}-byte inline limit; "
-                "ask for outputs.result.transmissionMode \"reference\" and download /arrays/NAME"
-            )
-
     def _compute_value(self, plan: Plan, result: xr.DataArray) -> np.ndarray:
-        data = result.data
-        if isinstance(data, da.Array):
-            client = self.cluster.client()
-            future = client.compute(data)
-            return self._wait(plan.job_id, client, future)
-        return np.asarray(data)
+        if plan.inline_only:  # small and already here: compute in this thread
+            return np.asarray(result.data.compute(scheduler="sync"))
+        client = self.cluster.client()
+        return self._wait(plan.job_id, client, client.compute(result.data))
 
     def _store_result(self, plan: Plan, result: xr.DataArray) -> None:
         built = self.store.temp_dir(f"job-{plan.job_id}-")
         try:
-            data = result.data
-            if isinstance(data, da.Array):
-                chunks = _regular(data.chunks)
-                local = False
+            if plan.inline_only:  # one small block, computed here and stored in chunks
+                value = result.copy(data=result.data.compute(scheduler="sync"))
+                chunks = stream_chunks(value.shape, np.dtype(value.dtype).itemsize, self.store.chunk_bytes)
+                arr = value.chunk(dict(zip(value.dims, chunks))) if value.ndim else value.chunk()
             else:
-                chunks = stream_chunks(data.shape, np.dtype(data.dtype).itemsize, self.store.chunk_bytes)
-                local = True
-            arr = result.chunk(dict(zip(result.dims, chunks))) if result.ndim else result.chunk()
+                arr = result.chunk(dict(zip(result.dims, _regular(result.data.chunks)))) if result.ndim else result
             fill = self.store.write_skeleton(built, arr, tuple(c[0] for c in arr.chunks) if arr.ndim else (),
                                              plan.result_name)
-            if local:
+            if plan.inline_only:
                 dask.compute(fill, scheduler="threads")
             else:
                 client = self.cluster.client()

@@ -202,3 +202,20 @@ def test_refusal_and_building_compute_nothing():
         ops.space_to_depth(x, 2, data_format="NCHW", mode="CRD")
         ops.space_to_batch(x, 2, [1, 1, 0, 2])
         ops.batch_to_space_nd(x, [2, 2], [[1, 0], [0, 1]])
+
+
+def test_padding_that_would_make_an_unschedulable_graph_is_refused_before_planning():
+    """Huge paddings on a Dask input: refused by counting blocks, before any chunk tuple is built."""
+    import tracemalloc
+
+    import dask.array as da
+
+    x = da.zeros((1, 2, 2, 1), chunks=(1, 1, 1, 1), dtype="int8")
+    tracemalloc.start()
+    with pytest.raises(InvalidArgument, match=r"the output would have \d+ blocks, more than the 10000000"):
+        ops.space_to_batch_nd(x, [2, 2], [[0, 2**40], [0, 0]])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 2**20
+    # A padding that stays schedulable still works.
+    assert ops.space_to_batch_nd(x, [2, 2], [[0, 6], [0, 0]]).shape == (4, 4, 1, 1)
