@@ -48,7 +48,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            await run_in_threadpool(app.state.services.cluster.close)
+            svc = app.state.services
+            svc.executor.shutdown()
+            await run_in_threadpool(svc.cluster.close)
+            await run_in_threadpool(svc.records.mark_interrupted)  # jobs the shutdown cut short
 
     app = FastAPI(
         title="chunked-tensor-ops",

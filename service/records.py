@@ -12,6 +12,8 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
+from service.errors import JOB_FAILED
+
 ACTIVE = ("accepted", "running")
 _COLUMNS = ("id", "process_id", "status", "message", "created", "started", "finished", "updated",
             "progress", "reads", "writes", "transmission", "error_status", "error_type")
@@ -108,7 +110,8 @@ class JobRecords:
         with self._lock, self._connect() as db:
             cursor = db.execute(
                 "UPDATE jobs SET status = 'failed', message = ?, finished = ?, updated = ?, error_status = 500, "
-                "error_type = 'interrupted' WHERE status IN ('accepted', 'running')",
-                ("interrupted: the service stopped while the job was running; submit it again", stamp, stamp),
+                "error_type = ? WHERE status IN ('accepted', 'running')",
+                ("interrupted: the service stopped while the job was running; submit it again", stamp, stamp,
+                 JOB_FAILED),
             )
             return cursor.rowcount

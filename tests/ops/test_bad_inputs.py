@@ -206,10 +206,6 @@ def test_refusal_and_building_compute_nothing():
 
 def test_padding_that_would_make_an_unschedulable_graph_is_refused_before_planning():
     """Huge paddings on a Dask input: refused by counting blocks, before any chunk tuple is built."""
-    import tracemalloc
-
-    import dask.array as da
-
     x = da.zeros((1, 2, 2, 1), chunks=(1, 1, 1, 1), dtype="int8")
     tracemalloc.start()
     with pytest.raises(InvalidArgument, match=r"the output would have \d+ blocks, more than the 10000000"):
