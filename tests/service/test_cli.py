@@ -1,0 +1,43 @@
+"""The command line and settings: flags, environment variables, the console script."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from service.cli import _serve_parser, settings_from
+from service.settings import Settings
+
+
+def _parse(argv):
+    return _serve_parser(argparse.ArgumentParser()).parse_args(argv)
+
+
+def test_environment_variables_set_every_setting_and_flags_win(monkeypatch, tmp_path):
+    monkeypatch.setenv("CHUNKED_TENSOR_OPS_PORT", "9001")
+    monkeypatch.setenv("CHUNKED_TENSOR_OPS_SCHEDULER", "tcp://127.0.0.1:8786")
+    monkeypatch.setenv("CHUNKED_TENSOR_OPS_MAX_INLINE_BYTES", "1024")
+    monkeypatch.setenv("CHUNKED_TENSOR_OPS_DATA_ROOT", str(tmp_path))
+    from_env = settings_from(_parse([]))
+    assert (from_env.port, from_env.scheduler, from_env.max_inline_bytes) == (9001, "tcp://127.0.0.1:8786", 1024)
+    assert from_env.data_root == tmp_path
+    flagged = settings_from(_parse(["--port", "9002", "--token", "t", "--n-workers", "3"]))
+    assert (flagged.port, flagged.token, flagged.n_workers, flagged.scheduler) == (9002, "t", 3, "tcp://127.0.0.1:8786")
+
+
+def test_defaults_are_a_local_embedded_service():
+    s = Settings(_env_file=None)
+    assert (s.host, s.port, s.scheduler, s.token) == ("127.0.0.1", 8000, None, None)
+
+
+def test_console_script_and_module_share_the_flags():
+    script = Path(sys.executable).parent / "chunked-tensor-ops"
+    as_script = subprocess.run([str(script), "serve", "--help"], capture_output=True, text=True, timeout=60)
+    as_module = subprocess.run([sys.executable, "-m", "service", "--help"], capture_output=True, text=True,
+                               timeout=60)
+    assert as_script.returncode == 0 and as_module.returncode == 0, (as_script.stderr, as_module.stderr)
+    for flag in ("--host", "--port", "--data-root", "--scheduler", "--token", "--memory-limit"):
+        assert flag in as_script.stdout and flag in as_module.stdout
+    assert "CHUNKED_TENSOR_OPS_SCHEDULER" in as_module.stdout
