@@ -27,13 +27,13 @@ import numpy as np
 import xarray as xr
 from distributed import CancelledError, Future
 
-from ops import dtypes, registry
+from ops import registry
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
 from service import npy, progress
 from service.cluster import Cluster, ClusterUnavailable
 from service.errors import INVALID_PARAMETER, JOB_FAILED, ServiceError, bad_request, conflict, too_large
-from service.records import JobRecords
+from service.records import JobRecords, now
 from service.storage import ArrayStore, check_name, stream_chunks
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,7 @@ class Executor:
             with self._slots:
                 if self._dismissed[plan.job_id].is_set():
                     raise Dismissed
-                self.records.update(plan.job_id, status="running", started=_now(), message="building the graph")
+                self.records.update(plan.job_id, status="running", started=now(), message="building the graph")
                 result = self._guarded(self.build, plan)
                 self.records.update(plan.job_id, message="running on the cluster")
                 self._guarded(self._store_result, plan, result)
@@ -396,11 +396,6 @@ def _regular(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _now() -> str:
-    from service.records import now
-    return now()
-
-
 def dtype_header(dtype) -> dict:
     """The ``X-Array-Dtype`` header for a dtype that NPY cannot name (bfloat16, complex32)."""
     _, declared = npy.wire_dtype(np.dtype(dtype))
@@ -410,5 +405,3 @@ def dtype_header(dtype) -> dict:
 def npy_bytes(array: np.ndarray) -> bytes:
     return npy.encode(np.ascontiguousarray(array))
 
-
-__all__ = ["Executor", "Plan", "dtype_header", "npy_bytes", "dtypes"]

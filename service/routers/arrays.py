@@ -7,7 +7,6 @@ import math
 import os
 import shutil
 
-import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response, StreamingResponse
@@ -171,5 +170,3 @@ def delete_array(name: str, svc: Services = Depends(services)):
     svc.store.delete(name)
     return Response(status_code=204)
 
-
-__all__ = ["router", "np"]

@@ -7,7 +7,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from schemas.service import Health
-from service.routers import problems
 from service.state import Services, services
 
 router = APIRouter(tags=["health"])
@@ -21,5 +20,3 @@ async def healthz(svc: Services = Depends(services)):
     body = Health(status="ok" if ok else "unavailable", cluster=cluster, data_root=str(svc.store.root))
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
-
-__all__ = ["router", "problems"]
