@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import logging
 import math
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -27,7 +29,7 @@ import numpy as np
 import xarray as xr
 from distributed import CancelledError, Future
 
-from ops import registry
+from ops import dtypes, registry
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
 from service import npy, progress
@@ -102,7 +104,8 @@ def _inline_npy(name: str, value: dict, limit: int) -> np.ndarray:
     if len(text) * 3 // 4 > limit + npy.MAX_HEADER_BYTES:
         raise too_large(
             f"input {name!r}: the inline array is over the {limit}-byte inline limit; "
-            "upload it with PUT /arrays/NAME and pass {\"href\": \"/arrays/NAME\"}"
+            "upload it with PUT /arrays/NAME, pass {\"href\": \"/arrays/NAME\"} and use transmissionMode "
+            "\"reference\""
         )
     try:
         raw = base64.b64decode(text, validate=True)
@@ -111,9 +114,38 @@ def _inline_npy(name: str, value: dict, limit: int) -> np.ndarray:
     try:
         return npy.decode(raw, max_bytes=limit, declared_dtype=value.get("dtype"))
     except npy.NpyTooLarge as error:
-        raise too_large(f"input {name!r}: {error}; upload it with PUT /arrays/NAME and use its href") from None
+        raise too_large(f"input {name!r}: {error}; upload it with PUT /arrays/NAME, pass its href and "
+                        "use transmissionMode \"reference\"") from None
     except npy.NpyError as error:
+        standin = _refused_dtype_standin(raw)
+        if standin is not None:
+            return standin  # the operator refuses it, with its own message for the same call
         raise bad_request(f"input {name!r}: {error}") from None
+
+
+def _refused_dtype_standin(raw: bytes):
+    """For an NPY with a well-formed header naming a dtype no operator takes (object,
+    strings, ...): a never-allocated Dask stand-in of that dtype and shape, so that the
+    operator refuses it with the message it gives for the same call (API.md). The data (a
+    pickle, for objects) is never read. None for any other NPY error."""
+    try:
+        stream = io.BytesIO(raw)
+        version = np.lib.format.read_magic(stream)
+        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}[version]
+        shape, _, dtype = read(stream, max_header_size=npy.MAX_HEADER_BYTES)
+        if dtype.subdtype is not None or dtype.itemsize > 1024:
+            return None
+        dtypes.check_supported("NPY", dtype)
+        return None  # a supported dtype: the NPY is wrong in another way
+    except InvalidArgument:
+        pass
+    except Exception:
+        return None
+    try:
+        standin = np.broadcast_to(np.zeros((), dtype), shape)
+    except Exception:
+        return None
+    return da.from_array(standin, chunks=standin.shape, name=f"refused-dtype-{uuid.uuid4().hex}")
 
 
 class Executor:
@@ -162,6 +194,9 @@ class Executor:
                     f"{{\"value\": base64, \"encoding\": \"base64\", \"mediaType\": \"{NPY_MEDIA_TYPE}\"}}"
                 )
         dims = inputs.pop("dims", None)
+        missing = [k for k, f in op.params.model_fields.items() if f.is_required() and k not in inputs]
+        if missing:
+            raise bad_request(f"{process_id} needs the input {missing[0]!r}")
         output = (request.outputs or {}).get("result")
         if request.outputs and set(request.outputs) != {"result"}:
             raise bad_request(f"{process_id} has one output, 'result'; got {sorted(request.outputs)}")
@@ -330,10 +365,14 @@ class Executor:
             except Exception as error:  # progress is a courtesy; the job goes on without it
                 log.warning("no progress for job %s: %s", job_id, error)
             last = -1
-            while not future.done():
+            finished = threading.Event()  # wakes the loop at once when the result is ready
+            future.add_done_callback(lambda _: finished.set())
+            while True:  # checked once more when done: a dismiss that raced the last task wins
                 if dismissed is not None and dismissed.is_set():
                     client.cancel([future], force=True)
                     raise Dismissed
+                if future.done():
+                    break
                 if tracked:
                     try:
                         counts = client.run_on_scheduler(progress.count, job_id=job_id)
@@ -345,7 +384,7 @@ class Executor:
                         if percent != last:
                             self.records.update(job_id, progress=percent)
                             last = percent
-                time.sleep(POLL_SECONDS)
+                finished.wait(POLL_SECONDS)
             if future.status == "error":
                 error = future.exception()
                 if isinstance(error, (InvalidArgument, IndexError)):
@@ -363,26 +402,38 @@ class Executor:
                     client.run_on_scheduler(progress.stop, job_id=job_id)
                 except Exception:
                     pass
-            if dismissed is not None and dismissed.is_set():
+            if future.status == "error" or (dismissed is not None and dismissed.is_set()):
+                # failed or dismissed: stop the job's other tasks before its output is removed
                 _drain(client, future)
 
 
 def _drain(client, future: Future, timeout: float = 10.0) -> None:
-    """After a cancel, wait until no task of the job is still running (so no worker writes
-    into the directory that is about to be removed)."""
+    """Cancel the job's remaining tasks and wait until none still runs, so that no worker
+    writes into the directory that is about to be removed. A worker finishes a task it was
+    executing when the scheduler released it: such a task runs on a worker while the
+    scheduler no longer has it processing."""
+    # Local functions: pickled by value, so workers and a scheduler without this package run them.
+    def running_keys(dask_worker) -> list:
+        state = dask_worker.state  # executing and seceded tasks, cancelled ones included
+        return [ts.key for ts in (*state.executing, *state.long_running)]
+
+    def processing_keys(dask_scheduler) -> list:
+        return [ts.key for ts in dask_scheduler.tasks.values() if ts.state == "processing"]
+
     deadline = time.monotonic() + timeout
+    try:
+        client.cancel([future], force=True)
+    except Exception:
+        return
     while time.monotonic() < deadline:
         try:
-            busy = client.run_on_scheduler(_processing_count, key=future.key)
+            running = client.run(running_keys)  # workers first, then the scheduler
+            processing = set(client.run_on_scheduler(processing_keys))
         except Exception:
             return
-        if not busy:
+        if all(key in processing for keys in running.values() for key in keys):
             return
-        time.sleep(0.1)
-
-
-def _processing_count(dask_scheduler, key) -> int:
-    return sum(1 for ts in dask_scheduler.tasks.values() if ts.state == "processing")
+        time.sleep(0.05)
 
 
 def _regular(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
@@ -403,5 +454,5 @@ def dtype_header(dtype) -> dict:
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
-    return npy.encode(np.ascontiguousarray(array))
+    return npy.encode(np.asarray(array))  # np.ascontiguousarray would make a 0-d array 1-d
 

@@ -101,8 +101,13 @@ def to_stored(arr: xr.DataArray) -> xr.DataArray:
     """The DataArray as Zarr stores it: bfloat16/complex32 as raw bits with ``ops_dtype``."""
     name = dtypes.name(np.dtype(arr.dtype))
     if name in _RAW_BITS:
-        return arr.copy(data=arr.data.view(_RAW_BITS[name])).assign_attrs({DTYPE_ATTR: name})
+        return arr.copy(data=_view(arr.data, _RAW_BITS[name])).assign_attrs({DTYPE_ATTR: name})
     return arr
+
+
+def _view(data, dtype: np.dtype):
+    """``data.view(dtype)`` for a same-size dtype; Dask cannot view a 0-d array, so via one axis."""
+    return data.reshape(1).view(dtype).reshape(()) if data.ndim == 0 else data.view(dtype)
 
 
 def from_stored(arr: xr.DataArray) -> xr.DataArray:
@@ -110,7 +115,7 @@ def from_stored(arr: xr.DataArray) -> xr.DataArray:
     name = arr.attrs.get(DTYPE_ATTR)
     if name in _REAL:
         attrs = {k: v for k, v in arr.attrs.items() if k != DTYPE_ATTR}
-        return xr.DataArray(arr.data.view(_REAL[name]), dims=arr.dims, coords=arr.coords, attrs=attrs,
+        return xr.DataArray(_view(arr.data, _REAL[name]), dims=arr.dims, coords=arr.coords, attrs=attrs,
                             name=arr.name)
     return arr
 
@@ -222,7 +227,7 @@ class ArrayStore:
         """The array as NPY bytes, C order, produced slab by slab (never whole in memory)."""
         arr = self.open(name)
         dtype = np.dtype(arr.dtype)
-        data = arr.data
+        data = da.asarray(arr.data)  # a 0-d variable opens as NumPy
         target = piece_bytes or self.chunk_bytes
 
         def pieces():

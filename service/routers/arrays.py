@@ -138,9 +138,12 @@ async def download_array(name: str, svc: Services = Depends(services)):
     return StreamingResponse(pieces, media_type=NPY_MEDIA_TYPE, headers=headers)
 
 
-@router.api_route("/arrays/{name}/zarr/{key:path}", methods=["GET", "HEAD"],
-                  responses={200: {"description": "a Zarr key"}, 206: {"description": "a byte range of it"},
-                             **problems(400, 401, 404, 416)})
+_ZARR_KEY_RESPONSES = {200: {"description": "a Zarr key"}, 206: {"description": "a byte range of it"},
+                       **problems(400, 401, 404, 416)}
+
+
+@router.head("/arrays/{name}/zarr/{key:path}", operation_id="head_zarr_key", responses=_ZARR_KEY_RESPONSES)
+@router.get("/arrays/{name}/zarr/{key:path}", operation_id="get_zarr_key", responses=_ZARR_KEY_RESPONSES)
 def zarr_key(name: str, key: str, request: Request, svc: Services = Depends(services)):
     """The stored Zarr v3 group, read-only: ``zarr.json`` (consolidated metadata) and chunk keys,
     with HTTP Range requests, for ``xarray.open_zarr(".../arrays/NAME/zarr")``."""

@@ -98,6 +98,7 @@ async def dismiss_job(job_id: str, request: Request, svc: Services = Depends(ser
     job = await run_in_threadpool(_job, svc, job_id)
     if job["status"] in ("accepted", "running"):
         await run_in_threadpool(svc.executor.dismiss, job_id)
-    elif job["status"] != "dismissed":
+        job = await run_in_threadpool(_job, svc, job_id)
+    if job["status"] != "dismissed":  # finished before (or while) it was dismissed
         await run_in_threadpool(svc.records.update, job_id, status="dismissed", message="dismissed by the client")
     return status_info(await run_in_threadpool(_job, svc, job_id), base_url(request))

@@ -1,0 +1,381 @@
+"""The service on a real multi-process Dask cluster, started as a compose file would start it:
+``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1, the service pointed at the
+scheduler with ``scheduler="tcp://..."``. Jobs build their graphs on ``xarray.open_zarr`` of
+stored inputs and write with ``to_zarr`` through the distributed client; the workers read and
+write the data root by path (same machine, same path)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client
+from fastapi.testclient import TestClient
+
+import ops
+from service.app import create_app
+from tests.service.conftest import NPY, inline, load_npy, make_settings, npy_bytes
+
+DASK = Path(sys.executable).parent / "dask"
+REPO = Path(__file__).resolve().parents[2]
+ASYNC = {"Prefer": "respond-async"}
+INVALID_PARAMETER = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0/invalid-parameter"
+GiB = 2**30
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate (then kill) the workers, then the scheduler; each must exit."""
+    workers, scheduler = procs[1:], procs[:1]
+    for group in (workers, scheduler):  # workers first, so that none waits for a gone scheduler
+        for proc in group:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in group:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+    assert all(proc.poll() is not None for proc in procs)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory):
+    """(scheduler address, a driver Client): a scheduler and two one-thread workers of 1 GiB,
+    each its own process, like ``docker compose`` would start them."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    logs = tmp_path_factory.mktemp("dask-logs")
+    procs: list[subprocess.Popen] = []
+
+    def spawn(name: str, *args: str) -> None:
+        log = open(logs / f"{name}.log", "wb")
+        procs.append(subprocess.Popen([str(DASK), *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL))
+        log.close()
+
+    try:
+        spawn("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
+        for k in range(2):
+            spawn(f"worker-{k}", "worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "1",
+                  "--memory-limit", "1GiB", "--no-dashboard")
+        client = None
+        deadline = time.monotonic() + 60
+        while client is None:  # the scheduler may not listen yet
+            try:
+                client = Client(address, timeout=5, set_as_default=False)
+            except (OSError, TimeoutError):
+                if time.monotonic() > deadline or procs[0].poll() is not None:
+                    raise
+                time.sleep(0.2)
+        try:
+            client.wait_for_workers(2, timeout=60)
+            yield address, client
+        finally:
+            client.close(timeout=10)
+    finally:
+        _stop(procs)
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("cluster-data-root")
+
+
+@pytest.fixture(scope="module")
+def api(dask_cluster, data_root):
+    address, _ = dask_cluster
+    settings = make_settings(data_root, scheduler=address, chunk_bytes=64 * 1024)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def upload(api: TestClient, name: str, array: np.ndarray, chunks: str | None = None) -> dict:
+    params = {"chunks": chunks} if chunks else None
+    response = api.put(f"/arrays/{name}", content=npy_bytes(array), headers={"Content-Type": NPY}, params=params)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def execute_body(inputs: dict, result_name: str | None = None) -> dict:
+    output = {"format": {"mediaType": NPY}, "transmissionMode": "reference"}
+    if result_name:
+        output["name"] = result_name
+    return {"inputs": inputs, "outputs": {"result": output}, "response": "document"}
+
+
+def submit(api: TestClient, process: str, inputs: dict, result_name: str | None = None) -> str:
+    response = api.post(f"/processes/{process}/execution", json=execute_body(inputs, result_name), headers=ASYNC)
+    assert response.status_code == 201, response.text
+    assert response.headers["Preference-Applied"] == "respond-async"
+    job_id = response.json()["jobID"]
+    assert response.headers["Location"].endswith(f"/jobs/{job_id}")
+    return job_id
+
+
+def wait_job(api: TestClient, job_id: str, timeout: float = 30.0, every: float = 0.05):
+    """Poll the job until it is final; return (final statusInfo, every progress value seen)."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while True:
+        response = api.get(f"/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        info = response.json()
+        seen.append(info["progress"])
+        if info["status"] in ("successful", "failed", "dismissed"):
+            return info, seen
+        assert time.monotonic() < deadline, f"job {job_id} still {info['status']} after {timeout} s"
+        time.sleep(every)
+
+
+def download(api: TestClient, name: str) -> np.ndarray:
+    response = api.get(f"/arrays/{name}")
+    assert response.status_code == 200, response.text
+    return load_npy(response.content)
+
+
+def assert_bit_exact(got: np.ndarray, expected: np.ndarray) -> None:
+    assert got.dtype == expected.dtype
+    assert got.shape == expected.shape
+    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def job_leftovers(data_root: Path, job_id: str) -> list[Path]:
+    return sorted((data_root / "tmp").glob(f"job-{job_id}-*"))
+
+
+def processing(client: Client) -> list:
+    return client.run_on_scheduler(
+        lambda dask_scheduler: [str(ts.key) for ts in dask_scheduler.tasks.values() if ts.state == "processing"])
+
+
+def eventually(check, timeout: float = 10.0, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(every)
+
+
+@contextlib.contextmanager
+def bounded(seconds: float):
+    """Assert the block took less than ``seconds``."""
+    start = time.monotonic()
+    yield
+    elapsed = time.monotonic() - start
+    assert elapsed < seconds, f"took {elapsed:.1f} s (limit {seconds} s)"
+
+
+# --- tests ------------------------------------------------------------------------------------
+
+
+def test_healthz_reports_the_external_cluster(api, dask_cluster):
+    address, _ = dask_cluster
+    response = api.get("/healthz")
+    assert response.status_code == 200, response.text
+    cluster = response.json()["cluster"]
+    assert cluster["scheduler"] == address
+    assert cluster["workers"] == 2
+    assert cluster["threads"] == 2
+    assert cluster["memory_limit"] == 2 * GiB
+    assert cluster["embedded"] is False
+    assert "error" not in cluster or cluster["error"] is None
+
+
+def test_zarr_to_zarr_job_with_progress(api):
+    x = np.random.default_rng(1).standard_normal((1, 512, 512, 16), dtype=np.float32)  # 16 MiB
+    info = upload(api, "progress-x", x)
+    assert math.prod(info["chunks"]) * 4 <= 64 * 1024  # 256 chunks of 64 KiB: seconds on the cluster
+    job_id = submit(api, "depth_to_space", {"x": {"href": "/arrays/progress-x"}, "block_size": 2},
+                    result_name="progress-y")
+    final, seen = wait_job(api, job_id)
+    assert final["status"] == "successful", final
+    assert final["progress"] == 100
+    assert seen == sorted(seen), f"progress went down: {seen}"
+    assert any(0 < p < 100 for p in seen), f"no progress strictly between 0 and 100 seen: {seen}"
+    assert any(link["rel"].endswith("/results") for link in final["links"])
+    results = api.get(f"/jobs/{job_id}/results")
+    assert results.status_code == 200, results.text
+    assert results.json()["result"]["href"] == "/arrays/progress-y"
+    assert_bit_exact(download(api, "progress-y"), ops.depth_to_space(x, 2))
+
+
+def workers_idle(client: Client) -> bool:
+    """No worker is executing anything (a task cancelled while it ran still runs to its end)."""
+    counts = client.run(lambda dask_worker: dask_worker.state.executing_count)
+    return not any(counts.values())
+
+
+@pytest.fixture(scope="module")
+def gather_params(api):
+    """Stored GatherNd params whose gathered rows make output blocks of MiBs: tasks long
+    enough that a job has some running when it is dismissed or fails."""
+    params = np.random.default_rng(2).standard_normal((4096, 128), dtype=np.float32)
+    upload(api, "gather-params", params)
+    return params
+
+
+def test_dismiss_a_running_job(api, gather_params, dask_cluster, data_root):
+    _, client = dask_cluster
+    indices = np.random.default_rng(4).integers(0, 4096, size=(400_000, 1), dtype=np.int64)
+    upload(api, "dismiss-indices", indices, chunks="10000,1")  # 40 output blocks of 5 MiB
+    job_id = submit(api, "gather_nd", {"params": {"href": "/arrays/gather-params"},
+                                       "indices": {"href": "/arrays/dismiss-indices"}},
+                    result_name="dismissed-y")
+    submitted = time.monotonic()
+    while True:
+        info = api.get(f"/jobs/{job_id}").json()
+        assert info["status"] in ("accepted", "running"), info
+        if info["status"] == "running" and time.monotonic() - submitted > 0.5:
+            break
+        assert time.monotonic() - submitted < 20
+        time.sleep(0.05)
+    with bounded(15):
+        response = api.delete(f"/jobs/{job_id}")
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "dismissed"
+    assert response.json()["jobID"] == job_id
+    assert api.get(f"/jobs/{job_id}").json()["status"] == "dismissed"
+    # no result, no partial output, nothing left running for it on the cluster
+    assert api.get("/arrays/dismissed-y/info").status_code == 404
+    assert job_leftovers(data_root, job_id) == []
+    assert eventually(lambda: processing(client) == []), processing(client)
+    assert eventually(lambda: workers_idle(client))
+    assert job_leftovers(data_root, job_id) == [], "a task of the dismissed job wrote after its cleanup"
+    assert api.get("/arrays/dismissed-y/info").status_code == 404
+    assert api.get(f"/jobs/{job_id}/results").status_code == 404
+    # idempotent
+    again = api.delete(f"/jobs/{job_id}")
+    assert again.status_code == 200, again.text
+    assert again.json()["status"] == "dismissed"
+    # the cluster still works
+    small = np.arange(2 * 4 * 4 * 8, dtype=np.float32).reshape(2, 4, 4, 8)
+    upload(api, "after-dismiss-x", small, chunks="1,2,4,8")
+    next_job = submit(api, "depth_to_space", {"x": {"href": "/arrays/after-dismiss-x"}, "block_size": 2})
+    final, _ = wait_job(api, next_job)
+    assert final["status"] == "successful", final
+    assert_bit_exact(download(api, next_job), ops.depth_to_space(small, 2))
+
+
+def test_failing_job_reports_the_index_error(api, gather_params, dask_cluster, data_root):
+    _, client = dask_cluster
+    indices = np.random.default_rng(3).integers(0, 4096, size=(100_000, 1), dtype=np.int64)
+    indices[3, 0] = 4096  # one past the end of dimension 0, in the first of 10 blocks
+    with pytest.raises(IndexError) as expected:
+        ops.gather_nd(gather_params, indices)
+    message = str(expected.value)
+    assert "out of range" in message
+    upload(api, "fail-indices", indices, chunks="10000,1")
+    job_id = submit(api, "gather_nd", {"params": {"href": "/arrays/gather-params"},
+                                       "indices": {"href": "/arrays/fail-indices"}},
+                    result_name="fail-y")
+    final, _ = wait_job(api, job_id)
+    assert final["status"] == "failed", final
+    assert message in final["message"]
+    assert not any(link["rel"].endswith("/results") for link in final["links"])
+    results = api.get(f"/jobs/{job_id}/results")
+    assert results.status_code == 400, results.text
+    assert results.headers["content-type"].startswith("application/json")
+    body = results.json()
+    assert {"type", "title", "status", "detail"} <= set(body)
+    assert body["type"] == INVALID_PARAMETER
+    assert body["status"] == 400
+    assert message in body["detail"]
+    assert api.get("/arrays/fail-y/info").status_code == 404
+    # the job's other blocks were stopped, and none wrote into its output after the cleanup
+    assert eventually(lambda: processing(client) == []), processing(client)
+    assert eventually(lambda: workers_idle(client))
+    assert job_leftovers(data_root, job_id) == []
+
+
+
+def test_unreachable_scheduler_is_503_not_a_hang(tmp_path):
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens there
+    settings = make_settings(tmp_path, scheduler=address, scheduler_timeout=2)
+    with bounded(15), TestClient(create_app(settings)) as api:  # the app starts anyway
+        with bounded(15):
+            health = api.get("/healthz")
+        assert health.status_code == 503, health.text
+        assert health.headers["content-type"].startswith("application/json")
+        assert health.json()["cluster"]["error"]
+        assert health.json()["status"] == "unavailable"
+
+        x = np.arange(2 * 4 * 4 * 8, dtype=np.float32).reshape(2, 4, 4, 8)
+        upload(api, "offline-x", x)  # storing arrays needs no cluster
+        with bounded(15):
+            response = api.post("/processes/depth_to_space/execution",
+                                json=execute_body({"x": {"href": "/arrays/offline-x"}, "block_size": 2}))
+        assert response.status_code == 503, response.text
+        body = response.json()
+        assert body["type"].endswith("cluster-unavailable")
+        assert body["status"] == 503
+        assert body["detail"]
+
+        # all-inline inputs, value transmission: computed on NumPy in the service, no cluster
+        with bounded(15):
+            response = api.post("/processes/depth_to_space/execution",
+                                json={"inputs": {"x": inline(x), "block_size": 2}, "response": "raw"})
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith(NPY)
+        assert_bit_exact(load_npy(response.content), ops.depth_to_space(x, 2))
+
+
+_RNG = np.random.default_rng(7)
+_IMAGE = _RNG.standard_normal((2, 8, 8, 16), dtype=np.float32)
+_BATCH = _RNG.standard_normal((12, 4, 3, 2), dtype=np.float32)
+_PARAMS = _RNG.standard_normal((10, 8, 3), dtype=np.float32)
+_POINTS = np.stack([_RNG.integers(-10, 10, 40), _RNG.integers(0, 8, 40)], axis=1).astype(np.int64)
+_ACC = _RNG.integers(-100000, 100000, size=(16, 48), dtype=np.int32)
+
+# process id: (stored arrays with their ?chunks=, keyword parameters, the NumPy result)
+OPERATOR_CASES = {
+    "depth_to_space": ({"x": (_IMAGE, "1,4,4,16")}, {"block_size": 2}, lambda: ops.depth_to_space(_IMAGE, 2)),
+    "space_to_depth": ({"x": (_IMAGE, "1,4,4,16")}, {"block_size": 2, "mode": "CRD"},
+                       lambda: ops.space_to_depth(_IMAGE, 2, mode="CRD")),
+    "space_to_batch": ({"x": (_IMAGE[:, :6, :6], "1,3,3,16")}, {"block_size": 2, "paddings": [[1, 1], [0, 2]]},
+                       lambda: ops.space_to_batch(_IMAGE[:, :6, :6], 2, [[1, 1], [0, 2]])),
+    "space_to_batch_nd": ({"x": (_IMAGE[:, :6, :5], "1,3,2,8")},
+                          {"block_shape": [2, 3], "paddings": [[1, 1], [0, 1]]},
+                          lambda: ops.space_to_batch_nd(_IMAGE[:, :6, :5], [2, 3], [[1, 1], [0, 1]])),
+    "batch_to_space_nd": ({"x": (_BATCH, "6,2,3,2")}, {"block_shape": [2, 3], "crops": [[1, 1], [0, 2]]},
+                          lambda: ops.batch_to_space_nd(_BATCH, [2, 3], [[1, 1], [0, 2]])),
+    "gather_nd": ({"params": (_PARAMS, "5,4,3"), "indices": (_POINTS, "10,2")}, {},
+                  lambda: ops.gather_nd(_PARAMS, _POINTS)),
+    "ascend_dequant": ({"src": (_ACC, "4,48")}, {"deq_scale": 0.0078125, "dst_dtype": "float32"},
+                       lambda: ops.ascend_dequant(_ACC, 0.0078125, dst_dtype="float32")),
+}
+
+
+@pytest.mark.parametrize("process", list(OPERATOR_CASES))
+def test_every_operator_on_the_cluster(api, process):
+    stored, params, expected = OPERATOR_CASES[process]
+    inputs = dict(params)
+    for role, (array, chunks) in stored.items():
+        name = f"op-{process}-{role}"
+        upload(api, name, np.ascontiguousarray(array), chunks=chunks)
+        inputs[role] = {"href": f"/arrays/{name}"}
+    job_id = submit(api, process, inputs, result_name=f"op-{process}-result")
+    final, _ = wait_job(api, job_id)
+    assert final["status"] == "successful", final
+    assert final["progress"] == 100
+    results = api.get(f"/jobs/{job_id}/results")
+    assert results.status_code == 200, results.text
+    assert results.json() == {"result": {"href": f"/arrays/op-{process}-result", "type": NPY}}
+    assert_bit_exact(download(api, f"op-{process}-result"), expected())
