@@ -148,6 +148,14 @@ def _refused_dtype_standin(raw: bytes):
     return da.from_array(standin, chunks=standin.shape, name=f"refused-dtype-{uuid.uuid4().hex}")
 
 
+@dataclass
+class _Control:
+    """How a background job is told to stop, and how it says it has."""
+
+    dismissed: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+
+
 class Executor:
     """Runs executions: synchronously for a request, or as background jobs."""
 
@@ -157,8 +165,7 @@ class Executor:
         self.records = records
         self.cluster = cluster
         self.max_inline_bytes = max_inline_bytes
-        self._dismissed: dict[str, threading.Event] = {}
-        self._finished: dict[str, threading.Event] = {}
+        self._running: dict[str, _Control] = {}  # background jobs of this process
         self._slots = threading.Semaphore(max_jobs)
         self._stopping = threading.Event()
 
@@ -251,7 +258,6 @@ class Executor:
         (reference: the result is stored under ``plan.result_name``)."""
         self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
                             status="running")
-        self.records.update(plan.job_id, started=self.records.get(plan.job_id)["created"])
         try:
             result = self._guarded(self.build, plan)
             if plan.transmission == "value":
@@ -269,14 +275,13 @@ class Executor:
     def submit(self, plan: Plan) -> None:
         """Record the job and start it in the background."""
         self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission)
-        self._dismissed[plan.job_id] = threading.Event()
-        self._finished[plan.job_id] = threading.Event()
+        self._running[plan.job_id] = _Control()
         threading.Thread(target=self._run_job, args=(plan,), name=f"job-{plan.job_id}", daemon=True).start()
 
     def _run_job(self, plan: Plan) -> None:
         try:
             with self._slots:
-                if self._dismissed[plan.job_id].is_set():
+                if self._running[plan.job_id].dismissed.is_set():
                     raise Dismissed
                 self.records.update(plan.job_id, status="running", started=now(), message="building the graph")
                 result = self._guarded(self.build, plan)
@@ -297,7 +302,7 @@ class Executor:
             self.records.finish(plan.job_id, "failed", f"{type(error).__name__}: {error}",
                                 error_status=500, error_type=JOB_FAILED)
         finally:
-            self._finished[plan.job_id].set()
+            self._running.pop(plan.job_id).finished.set()
 
     def shutdown(self) -> None:
         """The service is stopping: jobs that fail from now on stay active, for
@@ -306,12 +311,10 @@ class Executor:
 
     def dismiss(self, job_id: str, wait: float = 30.0) -> None:
         """Cancel a running job's tasks and wait (bounded) until its partial output is gone."""
-        event = self._dismissed.get(job_id)
-        if event is None:  # not running in this process: only its record changes
-            self.records.finish(job_id, "dismissed", "dismissed by the client")
-            return
-        event.set()
-        self._finished[job_id].wait(wait)
+        control = self._running.get(job_id)
+        if control is not None:  # running here: stop it and wait for its cleanup
+            control.dismissed.set()
+            control.finished.wait(wait)
         self.records.finish(job_id, "dismissed", "dismissed by the client")
 
     # --- steps ----------------------------------------------------------------------------
@@ -356,7 +359,8 @@ class Executor:
 
     def _wait(self, job_id: str, client, future: Future):
         """Wait for ``future``, recording progress from the scheduler; cancel on dismiss."""
-        dismissed = self._dismissed.get(job_id)
+        control = self._running.get(job_id)
+        dismissed = control.dismissed if control is not None else None
         tracked = False
         try:
             try:

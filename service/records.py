@@ -53,9 +53,10 @@ class JobRecords:
         stamp = now()
         with self._lock, self._connect() as db:
             db.execute(
-                "INSERT INTO jobs (id, process_id, status, message, created, updated, progress, reads, writes, "
-                "transmission) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
-                (job_id, process_id, status, "queued", stamp, stamp, json.dumps(reads), writes, transmission),
+                "INSERT INTO jobs (id, process_id, status, message, created, started, updated, progress, reads, "
+                "writes, transmission) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+                (job_id, process_id, status, "queued" if status == "accepted" else "running", stamp,
+                 stamp if status == "running" else None, stamp, json.dumps(reads), writes, transmission),
             )
         return self.get(job_id)
 
