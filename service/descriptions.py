@@ -39,13 +39,14 @@ DIMS_SCHEMA = {
 }
 
 
-def _inline_refs(schema: dict, defs: dict):
+def inline_refs(schema: dict, defs: dict):
+    """``schema`` with every ``$ref`` into ``defs`` replaced by its definition."""
     if isinstance(schema, dict):
         if "$ref" in schema:
-            return _inline_refs(copy.deepcopy(defs[schema["$ref"].split("/")[-1]]), defs)
-        return {k: _inline_refs(v, defs) for k, v in schema.items()}
+            return inline_refs(copy.deepcopy(defs[schema["$ref"].split("/")[-1]]), defs)
+        return {k: inline_refs(v, defs) for k, v in schema.items()}
     if isinstance(schema, list):
-        return [_inline_refs(v, defs) for v in schema]
+        return [inline_refs(v, defs) for v in schema]
     return schema
 
 
@@ -81,7 +82,7 @@ def description(op: registry.Operator, base: str) -> dict:
         inputs[name] = {"title": name, "description": _ARRAY_ROLES.get(name, ""), "schema": schema,
                         "minOccurs": 1, "maxOccurs": 1}
     for name, prop in model_schema["properties"].items():
-        prop = _inline_refs(prop, defs)
+        prop = inline_refs(prop, defs)
         inputs[name] = {"title": prop.pop("title", name), "description": prop.get("description", ""),
                         "schema": prop, "minOccurs": 1 if name in required else 0, "maxOccurs": 1}
     if op.accepts_dims:

@@ -45,12 +45,23 @@ def describe_process(process_id: str, request: Request) -> dict:
     return descriptions.description(_operator(process_id), base_url(request))
 
 
-_EXECUTE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": ExecuteRequest.model_json_schema(ref_template="#/components/schemas/{model}")}},
-    }
-}
+def _execute_body() -> dict:
+    """The execute request's OpenAPI schema, its ``inputs`` one variant per operator, built
+    from the same process descriptions (and so the same ``schemas`` models)."""
+    schema = ExecuteRequest.model_json_schema()
+    schema = descriptions.inline_refs({k: v for k, v in schema.items() if k != "$defs"}, schema.get("$defs", {}))
+    variants = []
+    for op in registry.OPERATORS.values():
+        inputs = descriptions.description(op, "")["inputs"]
+        variants.append({"title": f"{op.name} inputs", "type": "object",
+                         "properties": {name: spec["schema"] for name, spec in inputs.items()},
+                         "required": [name for name, spec in inputs.items() if spec["minOccurs"]],
+                         "additionalProperties": False})
+    schema["properties"]["inputs"] = {"anyOf": variants, "description": "array inputs and keyword parameters"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+_EXECUTE_BODY = _execute_body()
 
 
 async def _read_request(request: Request, limit: int) -> ExecuteRequest:
