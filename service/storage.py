@@ -122,11 +122,14 @@ def from_stored(arr: xr.DataArray) -> xr.DataArray:
 
 @dataclass
 class Located:
-    """An array found in the store: its group path and its data variable's name."""
+    """An array found in the store: its group path, its data variable's name and the
+    consolidated metadata of both."""
 
     name: str
     path: Path
     variable: str
+    meta: dict          # the variable's array metadata (shape, data_type, chunk_grid, ...)
+    group_attrs: dict
 
 
 class ArrayStore:
@@ -160,8 +163,8 @@ class ArrayStore:
         path = self.path(name)
         if not (path / "zarr.json").is_file():
             raise no_such_array(name)
-        meta = json.loads((path / "zarr.json").read_text())
-        arrays = meta.get("consolidated_metadata", {}).get("metadata", {})
+        group = json.loads((path / "zarr.json").read_text())
+        arrays = group.get("consolidated_metadata", {}).get("metadata", {})
         coords = set()
         for key, child in arrays.items():
             coords.update(str(child.get("attributes", {}).get("coordinates", "")).split())
@@ -171,7 +174,7 @@ class ArrayStore:
                      if child.get("node_type") == "array" and "/" not in k and k not in coords]
         if len(variables) != 1:
             raise bad_request(f"array {name!r} holds {len(variables)} data variables, expected one")
-        return Located(name, path, variables[0])
+        return Located(name, path, variables[0], arrays[variables[0]], group.get("attributes", {}))
 
     def temp_dir(self, prefix: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp))
@@ -196,15 +199,30 @@ class ArrayStore:
         return from_stored(arr)
 
     def info(self, name: str) -> dict:
-        arr = self.open(name)
+        """Shape, dtype, chunks, dims and attrs, from the consolidated metadata alone."""
+        found = self.locate(name)
+        meta = found.meta
+        attrs = {**found.group_attrs, **meta.get("attributes", {})}
+        dtype = attrs.pop(DTYPE_ATTR, None) or meta["data_type"]
+        for internal in ("_FillValue", "coordinates"):  # xarray's encoding, not the user's attrs
+            attrs.pop(internal, None)
         return {
             "name": name,
-            "shape": list(arr.shape),
-            "dtype": dtypes.name(np.dtype(arr.dtype)),
-            "chunks": [c[0] if c else 0 for c in arr.chunks] if arr.chunks else [],
-            "dims": [str(d) for d in arr.dims],
-            "attrs": _jsonable(arr.attrs),
+            "shape": list(meta["shape"]),
+            "dtype": dtype,
+            "chunks": list(meta["chunk_grid"]["configuration"]["chunk_shape"]),
+            "dims": [str(d) for d in meta.get("dimension_names") or ()],
+            "attrs": attrs,
         }
+
+    def read_small(self, name: str, limit: int) -> np.ndarray:
+        """The whole array in memory, if it is at most ``limit`` bytes (413 otherwise)."""
+        arr = self.open(name)
+        nbytes = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize
+        if nbytes > limit:
+            raise too_large(f"the result is {nbytes} bytes, over the {limit}-byte inline limit; "
+                            f"download it from /arrays/{name}")
+        return np.asarray(arr.values)
 
     def names(self) -> list[str]:
         return sorted(p.name for p in self.arrays.iterdir()
@@ -223,21 +241,23 @@ class ArrayStore:
             return None
         return path
 
-    def iter_npy(self, name: str, piece_bytes: int | None = None) -> tuple[np.dtype, Iterator[bytes]]:
-        """The array as NPY bytes, C order, produced slab by slab (never whole in memory)."""
+    def iter_npy(self, name: str, piece_bytes: int | None = None) -> tuple[np.dtype, int, Iterator[bytes]]:
+        """(dtype, byte length, the NPY bytes in pieces): C order, produced slab by slab, never
+        whole in memory."""
         arr = self.open(name)
         dtype = np.dtype(arr.dtype)
+        wire, _ = npy.wire_dtype(dtype)
         data = da.asarray(arr.data)  # a 0-d variable opens as NumPy
         target = piece_bytes or self.chunk_bytes
+        header = npy.header_bytes(dtype, arr.shape)
 
         def pieces():
-            yield npy.header_bytes(dtype, arr.shape)
+            yield header
             for region in _c_order_regions(arr.shape, data.chunksize, dtype.itemsize, target):
                 block = np.asarray(data[region].compute(scheduler="threads"))
-                wire, _ = npy.wire_dtype(dtype)
                 yield np.ascontiguousarray(block).view(wire).tobytes()
 
-        return dtype, pieces()
+        return dtype, len(header) + math.prod(arr.shape) * dtype.itemsize, pieces()
 
     # --- writing --------------------------------------------------------------------------
 

@@ -3,7 +3,6 @@ read-only Zarr v3 over HTTP (consolidated metadata, Range requests) and delete."
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 
@@ -130,9 +129,7 @@ def array_info(name: str, request: Request, svc: Services = Depends(services)) -
     "schema": {"type": "string", "format": "binary"}}}}, **problems(400, 401, 404)})
 async def download_array(name: str, svc: Services = Depends(services)):
     """The array as NPY, produced block by block (bfloat16/complex32 as raw bits with X-Array-Dtype)."""
-    dtype, pieces = await run_in_threadpool(svc.store.iter_npy, name)
-    info = await run_in_threadpool(svc.store.info, name)
-    length = len(npy.header_bytes(dtype, tuple(info["shape"]))) + math.prod(info["shape"]) * dtype.itemsize
+    dtype, length, pieces = await run_in_threadpool(svc.store.iter_npy, name)
     headers = {**dtype_header(dtype), "Content-Length": str(length),
                "Content-Disposition": f'attachment; filename="{name}.npy"'}
     return StreamingResponse(pieces, media_type=NPY_MEDIA_TYPE, headers=headers)

@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from schemas.service import OGC_REL, JobList, JobStatus, StatusInfo
-from service.errors import INVALID_PARAMETER, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError, too_large
+from service.errors import INVALID_PARAMETER, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError
 from service.execution import NPY_MEDIA_TYPE, dtype_header, npy_bytes
 from service.routers import problems
 from service.state import Services, base_url, require_token, services
@@ -81,13 +81,9 @@ async def get_results(job_id: str, svc: Services = Depends(services)):
     if job["status"] != "successful":
         raise ServiceError(404, RESULT_NOT_READY, f"job {job_id} is {job['status']}; it has no results")
     name = job["writes"]
-    if job["transmission"] == "reference" or not await run_in_threadpool(svc.store.exists, name):
+    if job["transmission"] == "reference":
         return {"result": {"href": f"/arrays/{name}", "type": NPY_MEDIA_TYPE}}
-    info = await run_in_threadpool(svc.store.info, name)
-    nbytes = int(np.prod(info["shape"])) * np.dtype(svc.store.open(name).dtype).itemsize
-    if nbytes > svc.settings.max_inline_bytes:
-        raise too_large(f"the result is {nbytes} bytes, over the inline limit; download /arrays/{name}")
-    value = await run_in_threadpool(lambda: svc.store.open(name).values)
+    value = await run_in_threadpool(svc.store.read_small, name, svc.settings.max_inline_bytes)
     return JSONResponse(result_document(value), headers=dtype_header(value.dtype))
 
 
