@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import JSONResponse
 
 from ops import registry
 from service import errors
@@ -16,7 +18,7 @@ from service.execution import Executor
 from service.records import JobRecords
 from service.routers import arrays, health, jobs, landing, processes
 from service.settings import Settings
-from service.state import Services
+from service.state import Services, require_token
 from service.storage import ArrayStore
 
 log = logging.getLogger(__name__)
@@ -59,8 +61,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="OGC API - Processes for tensor rearrangement, gather and dequantisation on a Dask "
                     "cluster; stored arrays as Zarr v3 over HTTP.",
         lifespan=lifespan,
+        # Served below behind the token check, like every route but / and /healthz.
+        openapi_url=None, docs_url=None, redoc_url=None,
     )
     errors.install(app)
     for module in (landing, processes, jobs, arrays, health):
         app.include_router(module.router)
+    _api_description_routes(app)
     return app
+
+
+def _api_description_routes(app: FastAPI) -> None:
+    """``/openapi.json`` and ``/docs`` (Swagger UI), protected by the token when one is set."""
+    guarded = [Depends(require_token)]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=guarded)
+    def openapi_document():
+        return JSONResponse(app.openapi(), media_type="application/vnd.oai.openapi+json;version=3.0")
+
+    @app.get("/docs", include_in_schema=False, dependencies=guarded)
+    def swagger_ui():
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API")
