@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test bench bench-service clean
+.PHONY: serve demo test bench bench-service bench-load fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ bench: $(STAMP)
 
 bench-service: $(STAMP)
 	$(BIN)/python -m bench.service
+
+bench-load: $(STAMP)
+	$(BIN)/python -m bench.load
+
+# API fuzzing, the long run: schemathesis over every operation, all phases (make fuzz EXAMPLES=1000).
+fuzz: $(STAMP)
+	$(BIN)/python -m bench.fuzz --examples $(or $(EXAMPLES),300)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -42,6 +42,11 @@ def integers(param: str, value) -> tuple[tuple[int, ...], list[int]]:
         array = np.array(value, dtype=object)
     except ValueError as error:  # ragged nesting
         raise InvalidArgument(f"{param} must be a rectangular array of integers: {error}") from None
+    if array.ndim > 32:  # NumPy's iterators stop at 32 dimensions (a RuntimeError)
+        raise InvalidArgument(
+            f"{param} must be a rectangular array of integers of at most 32 dimensions, got "
+            f"{array.ndim}{' or more' if array.ndim >= 64 else ''}"
+        )
     for position, item in np.ndenumerate(array):
         if isinstance(item, (list, tuple, np.ndarray)):
             raise InvalidArgument(f"{param} must be a rectangular array of integers, got {value!r}")

@@ -16,6 +16,15 @@ OGC_EXCEPTION = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0/"
 
 JobStatus = Literal["accepted", "running", "successful", "failed", "dismissed"]
 
+# What the service takes as an array name (``service.storage.check_name`` enforces it): 1-128
+# characters of [A-Za-z0-9._-], not starting with ".".
+ARRAY_NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+# A job id is the hex of a random UUID (``uuid.uuid4().hex``).
+JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
+# A key inside a stored Zarr group: "/"-separated parts of [A-Za-z0-9._-].
+ZARR_KEY_PATTERN = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$"
+NPY_MEDIA_TYPE = "application/x-npy"
+
 
 class Link(BaseModel):
     """A web link (RFC 8288) as OGC APIs write it."""
@@ -86,7 +95,7 @@ class OutputRequest(BaseModel):
 
     format: Format | None = None
     transmissionMode: Literal["value", "reference"] = "value"
-    name: str | None = None
+    name: str | None = Field(None, json_schema_extra={"pattern": ARRAY_NAME_PATTERN, "maxLength": 128})
 
 
 class ExecuteRequest(BaseModel):
@@ -101,6 +110,28 @@ class ExecuteRequest(BaseModel):
     outputs: dict[str, OutputRequest] | None = None
     response: Literal["raw", "document"] = "raw"
     subscriber: dict[str, Any] | None = None
+
+
+class InlineValue(BaseModel):
+    """A qualified inline value: the NPY bytes of an array, base64-encoded."""
+
+    value: str
+    encoding: Literal["base64"] = "base64"
+    mediaType: Literal["application/x-npy"] = NPY_MEDIA_TYPE
+
+
+class ResultLink(BaseModel):
+    """A link to a stored result array."""
+
+    href: str
+    type: Literal["application/x-npy"] = NPY_MEDIA_TYPE
+
+
+class Results(BaseModel):
+    """A results document (``response: "document"``, ``GET /jobs/{jobID}/results``): the one
+    output ``result``, inline or as a link."""
+
+    result: InlineValue | ResultLink
 
 
 class StatusInfo(BaseModel):

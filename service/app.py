@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import threading
 
+import dask
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -22,6 +25,26 @@ from service.state import Services, require_token
 from service.storage import ArrayStore
 
 log = logging.getLogger(__name__)
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def local_pool():
+    """The one thread pool of this process for Dask's ``scheduler="threads"`` computations
+    (NPY downloads, uploads, jobs on inline inputs). Dask's default gives every calling thread
+    a pool of its own (CPU count + 4 threads each, kept while the thread lives), so under load
+    each of the request threads (up to 40) grew its own: the service's threads climbed with
+    the load instead of staying bounded."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            try:
+                from dask.threaded import ContextAwareThreadPoolExecutor as Pool  # carries dask.config into tasks
+            except ImportError:  # older Dask
+                from concurrent.futures import ThreadPoolExecutor as Pool
+            _pool = Pool(min(32, (os.cpu_count() or 1) + 4))
+        return _pool
 
 
 def open_services(settings: Settings) -> Services:
@@ -48,7 +71,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         app.state.services = await run_in_threadpool(open_services, settings)
         try:
-            yield
+            with dask.config.set(pool=local_pool()):
+                yield
         finally:
             svc = app.state.services
             svc.executor.shutdown()

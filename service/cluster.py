@@ -3,8 +3,10 @@ scheduler (``--scheduler tcp://...``). An unreachable scheduler is a 503, never 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 
 import dask
 from distributed import Client, LocalCluster
@@ -56,10 +58,19 @@ class Cluster:
                 return client
             if self.embedded:
                 raise ClusterUnavailable("the embedded Dask cluster is not running")
-            if client is not None:
-                client.close(timeout=1)
-                self._client = None
             timeout = self.settings.scheduler_timeout
+            if client is not None and client.status == "connecting":
+                # lost its scheduler and retrying by itself for ``timeout`` s: let it finish
+                # (interrupting it only logs a traceback), then use it or start afresh
+                deadline = time.monotonic() + timeout + 1
+                while client.status == "connecting" and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if client.status == "running":
+                    return client
+            if client is not None:  # lost its scheduler for good: start afresh
+                with contextlib.suppress(Exception):
+                    client.close(timeout=1)
+                self._client = None
             try:
                 with dask.config.set({"distributed.comm.timeouts.connect": f"{timeout}s"}):
                     self._client = Client(self.settings.scheduler, timeout=timeout, set_as_default=False)
@@ -69,13 +80,26 @@ class Cluster:
                 ) from None
             return self._client
 
-    def identity(self) -> dict:
+    @property
+    def patience(self) -> float:
+        """How long a job waits for a scheduler that stopped answering before it fails (a
+        frozen scheduler keeps its connections open: nothing else would ever tell)."""
+        return 3 * self.settings.scheduler_timeout
+
+    def identity(self, client: Client | None = None) -> dict:
         """The scheduler's own description (workers, threads, memory), asked now; 503 if down."""
-        client = self.client()
+        client = client or self.client()
         try:
             return client.sync(client.scheduler.identity, callback_timeout=self.settings.scheduler_timeout)
         except (OSError, TimeoutError) as error:
             raise ClusterUnavailable(f"the Dask scheduler does not answer: {error}") from None
+
+    def live_client(self) -> Client:
+        """``client()``, once the scheduler has answered now (bounded): work is only handed to
+        a scheduler that answers, and an unresponsive one is a prompt 503, not a hang."""
+        client = self.client()
+        self.identity(client)
+        return client
 
     def health(self) -> dict:
         address = self.settings.scheduler or (self._local.scheduler_address if self._local else None)

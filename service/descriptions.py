@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from ops import registry
-from schemas.service import OGC_REL
+from schemas.service import ARRAY_NAME_PATTERN, OGC_REL
 
 JOB_CONTROL = ["sync-execute", "async-execute", "dismiss"]
 TRANSMISSION = ["value", "reference"]
@@ -20,22 +20,33 @@ _ARRAY_ROLES = {
     "deq_scale": "the scale: a number, or a stored/inline array",
 }
 
+# A link to a stored array: /arrays/NAME, arrays/NAME, or this service's own absolute URL of it.
+HREF_PATTERN = r"^((https?://[^/?#]+)?(/[^?#]*)?/)?arrays/" + ARRAY_NAME_PATTERN.removeprefix("^")
+BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+# anyOf, not oneOf: an object with both href and value is taken as the link.
 ARRAY_INPUT_SCHEMA = {
-    "oneOf": [
+    "anyOf": [
         {"type": "object", "required": ["href"],
-         "properties": {"href": {"type": "string", "description": "/arrays/NAME"}, "type": {"type": "string"}}},
+         "properties": {"href": {"type": "string", "pattern": HREF_PATTERN,
+                                 "description": "/arrays/NAME (or this service's absolute URL of it)"},
+                        "type": {"description": "a media type hint, not used"}}},
         {"type": "object", "required": ["value"],
-         "properties": {"value": {"type": "string", "contentEncoding": "base64", "contentMediaType": NPY},
+         "properties": {"value": {"type": "string", "contentEncoding": "base64", "contentMediaType": NPY,
+                                  "pattern": BASE64_PATTERN},
                         "encoding": {"type": "string", "enum": ["base64"]},
                         "mediaType": {"type": "string", "enum": [NPY]},
-                        "dtype": {"type": "string", "enum": ["bfloat16", "complex32"]}}},
+                        "dtype": {"anyOf": [{"type": "string", "enum": ["bfloat16", "complex32"]}, {"type": "null"}],
+                                  "description": "bfloat16 / complex32 when value holds those types' raw bits"}}},
     ]
 }
 
 DIMS_SCHEMA = {
-    "type": "object",
-    "description": "Roles (N, H, W, C, V) mapped to dim names of the input, as the accessor's dims=",
-    "additionalProperties": {"type": "string"},
+    "description": "Roles (N, H, W, C, V) mapped to dim names of the input, as the accessor's dims= "
+                   "(null: not given)",
+    "anyOf": [{"type": "object", "propertyNames": {"enum": ["N", "H", "W", "C", "V"]},
+               "additionalProperties": {"type": "string"}},
+              {"type": "null"}],
 }
 
 
@@ -78,7 +89,7 @@ def description(op: registry.Operator, base: str) -> dict:
     for name in op.array_inputs:
         schema = copy.deepcopy(ARRAY_INPUT_SCHEMA)
         if name in op.scalar_inputs:
-            schema["oneOf"].append({"type": "number"})
+            schema["anyOf"].append({"type": "number"})
         inputs[name] = {"title": name, "description": _ARRAY_ROLES.get(name, ""), "schema": schema,
                         "minOccurs": 1, "maxOccurs": 1}
     for name, prop in model_schema["properties"].items():

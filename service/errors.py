@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import sqlite3
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ops.errors import InvalidArgument
 from schemas.service import OGC_EXCEPTION
@@ -31,12 +34,15 @@ UNAUTHORIZED = PROJECT + "unauthorized"
 CLUSTER_UNAVAILABLE = PROJECT + "cluster-unavailable"
 JOB_FAILED = PROJECT + "job-failed"
 RANGE_NOT_SATISFIABLE = PROJECT + "range-not-satisfiable"
+METHOD_NOT_ALLOWED = PROJECT + "method-not-allowed"
 SERVER_ERROR = PROJECT + "server-error"
+INSUFFICIENT_STORAGE = PROJECT + "insufficient-storage"
 
 _TITLES = {
     400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
     409: "Conflict", 413: "Payload Too Large", 415: "Unsupported Media Type",
     416: "Range Not Satisfiable", 500: "Internal Server Error", 503: "Service Unavailable",
+    507: "Insufficient Storage",
 }
 
 
@@ -57,6 +63,27 @@ def bad_request(detail: str) -> ServiceError:
 
 def too_large(detail: str) -> ServiceError:
     return ServiceError(413, TOO_LARGE, detail)
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_SQLITE_FULL = 13  # "database or disk is full": the job records, on the data root
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is the data root running out of space (or quota)."""
+    if isinstance(error, sqlite3.Error):
+        return getattr(error, "sqlite_errorcode", None) == _SQLITE_FULL
+    return isinstance(error, OSError) and error.errno in _DISK_FULL
+
+
+def insufficient_storage(error: Exception) -> ServiceError:
+    """507: the data root is full. The detail names the error (not the server's paths)."""
+    if isinstance(error, OSError):
+        what = f"[Errno {error.errno}] {error.strerror or error}"
+    else:
+        what = f"the job records: {error}"
+    return ServiceError(507, INSUFFICIENT_STORAGE, f"the data root is out of space: {what}; nothing was stored; "
+                                                   "delete arrays or ask the operator for room")
 
 
 def conflict(detail: str) -> ServiceError:
@@ -80,8 +107,46 @@ def _validation_detail(error: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route of ``app`` answers on this request's path. Starlette's own 405
+    names only the methods of the first route that matched the path (``GET /jobs/{id}``, not
+    ``DELETE``), which RFC 9110 does not allow: ``Allow`` lists the resource's methods."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
+def _describe_400_not_422(app: FastAPI) -> None:
+    """FastAPI documents a 422 ``HTTPValidationError`` on every operation with parameters or a
+    body; this service answers those as 400 OGC exceptions (``_validation`` below), so the
+    document says 400 with the exception schema and has no 422."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        document = generate()
+        for operations in document.get("paths", {}).values():
+            for operation in operations.values():
+                responses = operation.get("responses", {})
+                if responses.pop("422", None) is not None and "400" not in responses:
+                    responses["400"] = {"description": "Bad parameters", "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Exception_"}}}}
+        schemas = document.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        return document
+
+    app.openapi = openapi
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every error into an OGC exception body."""
+    _describe_400_not_422(app)
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
@@ -98,7 +163,22 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         type_ = {404: NOT_FOUND, 413: TOO_LARGE, 415: UNSUPPORTED_MEDIA_TYPE}.get(exc.status_code, PROJECT + "http-error")
-        return exception_response(exc.status_code, type_, str(exc.detail), getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            allowed = allowed_methods(app, request)
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+            return exception_response(405, METHOD_NOT_ALLOWED,
+                                      f"{request.method} is not allowed here; allowed: {', '.join(allowed)}", headers)
+        return exception_response(exc.status_code, type_, str(exc.detail), headers)
+
+    @app.exception_handler(OSError)
+    @app.exception_handler(sqlite3.Error)
+    async def _os_error(request: Request, exc: Exception):
+        if disk_full(exc):  # the upload (or whatever wrote) has removed its partial files
+            error = insufficient_storage(exc)
+            log.warning("%s %s: %s", request.method, request.url.path, error.detail)
+            return exception_response(error.status, error.type, error.detail)
+        raise exc  # anything else: the 500 below, as before
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):

@@ -18,7 +18,6 @@ import math
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -34,13 +33,15 @@ from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
 from service import npy, progress
 from service.cluster import Cluster, ClusterUnavailable
-from service.errors import INVALID_PARAMETER, JOB_FAILED, ServiceError, bad_request, conflict, too_large
+from service.errors import (INVALID_PARAMETER, JOB_FAILED, ServiceError, bad_request, conflict, disk_full,
+                            insufficient_storage, too_large)
 from service.records import JobRecords, now
 from service.storage import ArrayStore, check_name, stream_chunks
 
 log = logging.getLogger(__name__)
 
 NPY_MEDIA_TYPE = "application/x-npy"
+_ROLES = ("N", "H", "W", "C", "V")  # the keys of the dims input (ops.accessor.ROLE_NAMES)
 POLL_SECONDS = 0.25
 
 
@@ -71,7 +72,10 @@ def _stored_name(href: str, base_url: str) -> str:
     """``/arrays/NAME``, ``arrays/NAME`` or this server's absolute URL of it -> NAME."""
     if not isinstance(href, str):
         raise bad_request(f"href must be a string, got {href!r}")
-    parts = urlsplit(href)
+    try:
+        parts = urlsplit(href)
+    except ValueError:  # e.g. "http://[/arrays/x": an unclosed IPv6 host
+        raise bad_request(f"href must be /arrays/NAME, got {href!r}") from None
     path = href
     if parts.scheme or parts.netloc:
         base = urlsplit(base_url)
@@ -145,7 +149,8 @@ def _refused_dtype_standin(raw: bytes):
         standin = np.broadcast_to(np.zeros((), dtype), shape)
     except Exception:
         return None
-    return da.from_array(standin, chunks=standin.shape, name=f"refused-dtype-{uuid.uuid4().hex}")
+    # not da.from_array: it copies its argument, allocating the whole declared size
+    return da.zeros(standin.shape, dtype=standin.dtype, chunks=tuple(max(1, n) for n in standin.shape))
 
 
 @dataclass
@@ -201,6 +206,10 @@ class Executor:
                     f"{{\"value\": base64, \"encoding\": \"base64\", \"mediaType\": \"{NPY_MEDIA_TYPE}\"}}"
                 )
         dims = inputs.pop("dims", None)
+        if dims is not None and not (isinstance(dims, dict) and all(
+                k in _ROLES and isinstance(v, str) for k, v in dims.items())):
+            raise bad_request(f"input 'dims' must map roles ({', '.join(_ROLES)}) to dim names (strings), "
+                              f"e.g. {{\"H\": \"row\"}}; got {dims!r}")
         missing = [k for k, f in op.params.model_fields.items() if f.is_required() and k not in inputs]
         if missing:
             raise bad_request(f"{process_id} needs the input {missing[0]!r}")
@@ -210,7 +219,8 @@ class Executor:
         media = output.format.mediaType if output and output.format else None
         if media not in (None, NPY_MEDIA_TYPE):
             raise bad_request(f"outputs.result.format.mediaType must be {NPY_MEDIA_TYPE}, got {media!r}")
-        result_name = check_name(output.name, "outputs.result.name") if output and output.name else job_id
+        named = output is not None and output.name is not None  # "" is not a name (400), nor the default
+        result_name = check_name(output.name, "outputs.result.name") if named else job_id
         if self.store.exists(result_name):
             raise conflict(f"an array named {result_name!r} exists; choose another outputs.result.name")
         if result_name in reads:
@@ -279,14 +289,21 @@ class Executor:
         threading.Thread(target=self._run_job, args=(plan,), name=f"job-{plan.job_id}", daemon=True).start()
 
     def _run_job(self, plan: Plan) -> None:
+        control = self._running[plan.job_id]
         try:
-            with self._slots:
-                if self._running[plan.job_id].dismissed.is_set():
+            # Wait for a slot, but not past a dismiss: a queued job is dismissed at once.
+            while not self._slots.acquire(timeout=POLL_SECONDS):
+                if control.dismissed.is_set():
+                    raise Dismissed
+            try:
+                if control.dismissed.is_set():
                     raise Dismissed
                 self.records.update(plan.job_id, status="running", started=now(), message="building the graph")
                 result = self._guarded(self.build, plan)
                 self.records.update(plan.job_id, message="running on the cluster")
                 self._guarded(self._store_result, plan, result)
+            finally:
+                self._slots.release()
             self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
                                 progress=100)
         except Dismissed:
@@ -294,6 +311,8 @@ class Executor:
         except Exception as error:
             if self._stopping.is_set():  # cut short by the shutdown: records.mark_interrupted() says so
                 return
+            if disk_full(error):  # e.g. the job records, on the same full disk
+                error = insufficient_storage(error)
             if isinstance(error, ServiceError):
                 self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status,
                                     error_type=error.type)
@@ -320,7 +339,8 @@ class Executor:
     # --- steps ----------------------------------------------------------------------------
 
     def _guarded(self, step, *args):
-        """Run a step, turning operator errors into 400s and cluster loss into 503s."""
+        """Run a step, turning operator errors into 400s, cluster loss into 503s and a full
+        data root into 507s."""
         try:
             return step(*args)
         except (InvalidArgument, IndexError) as error:
@@ -329,11 +349,15 @@ class Executor:
             raise
         except CancelledError:
             raise Dismissed from None
+        except OSError as error:
+            if disk_full(error):
+                raise insufficient_storage(error) from None
+            raise
 
     def _compute_value(self, plan: Plan, result: xr.DataArray) -> np.ndarray:
         if plan.inline_only:  # small and already here: compute in this thread
             return np.asarray(result.data.compute(scheduler="sync"))
-        client = self.cluster.client()
+        client = self.cluster.live_client()
         return self._wait(plan.job_id, client, client.compute(result.data))
 
     def _store_result(self, plan: Plan, result: xr.DataArray) -> None:
@@ -350,22 +374,30 @@ class Executor:
             if plan.inline_only:
                 dask.compute(fill, scheduler="threads")
             else:
-                client = self.cluster.client()
+                client = self.cluster.live_client()
                 future = client.compute(fill)
                 self._wait(plan.job_id, client, future)
+            control = self._running.get(plan.job_id)
+            if control is not None and control.dismissed.is_set():
+                raise Dismissed  # dismissed while it ran: its result never appears
             self.store.publish(built, plan.result_name, overwrite=False)
         finally:
             shutil.rmtree(built, ignore_errors=True)
 
     def _wait(self, job_id: str, client, future: Future):
-        """Wait for ``future``, recording progress from the scheduler; cancel on dismiss."""
+        """Wait for ``future``, recording progress from the scheduler; cancel on dismiss. Every
+        call to the scheduler is bounded; one that stops answering (frozen: its connections
+        stay open) fails the job after ``cluster.patience`` seconds of silence."""
         control = self._running.get(job_id)
         dismissed = control.dismissed if control is not None else None
+        bound = self.cluster.settings.scheduler_timeout
         tracked = False
+        answered = time.monotonic()
         try:
             try:
-                client.run_on_scheduler(progress.start, key=future.key, job_id=job_id)
+                client.run_on_scheduler(progress.start, key=future.key, job_id=job_id, callback_timeout=bound)
                 tracked = True
+                answered = time.monotonic()
             except Exception as error:  # progress is a courtesy; the job goes on without it
                 log.warning("no progress for job %s: %s", job_id, error)
             last = -1
@@ -377,22 +409,33 @@ class Executor:
                     raise Dismissed
                 if future.done():
                     break
+                try:  # also the scheduler's sign of life (None when it does not track the job)
+                    counts = client.run_on_scheduler(progress.count, job_id=job_id, callback_timeout=bound)
+                    answered = time.monotonic()
+                except Exception as error:
+                    counts = None
+                    silent = time.monotonic() - answered
+                    if silent > self.cluster.patience and not future.done():
+                        raise ClusterUnavailable(
+                            f"the Dask scheduler has not answered for {silent:.0f} s ({type(error).__name__}: "
+                            f"{error}); the job was given up") from None
                 if tracked:
-                    try:
-                        counts = client.run_on_scheduler(progress.count, job_id=job_id)
-                    except Exception:
-                        counts = None
                     if counts:
                         total, left = counts
                         percent = min(99, int(100 * (total - left) / max(total, 1)))
                         if percent != last:
-                            self.records.update(job_id, progress=percent)
-                            last = percent
+                            try:
+                                self.records.update(job_id, progress=percent)
+                                last = percent
+                            except Exception as error:  # e.g. the disk is full: the job goes on
+                                log.warning("job %s: progress not recorded: %s", job_id, error)
                 finished.wait(POLL_SECONDS)
             if future.status == "error":
                 error = future.exception()
                 if isinstance(error, (InvalidArgument, IndexError)):
                     raise error
+                if disk_full(error):
+                    raise insufficient_storage(error)
                 raise ServiceError(500, JOB_FAILED, f"the computation failed: {type(error).__name__}: {error}")
             if future.status == "cancelled":
                 raise ServiceError(503, "https://chunked-tensor-ops.readthedocs.io/exceptions/cluster-unavailable",
@@ -403,15 +446,17 @@ class Executor:
         finally:
             if tracked:
                 try:
-                    client.run_on_scheduler(progress.stop, job_id=job_id)
+                    client.run_on_scheduler(progress.stop, job_id=job_id, callback_timeout=bound)
                 except Exception:
                     pass
-            if future.status == "error" or (dismissed is not None and dismissed.is_set()):
-                # failed or dismissed: stop the job's other tasks before its output is removed
-                _drain(client, future)
+            given_up = future.status == "pending" and client.status == "running"  # an error here
+            if future.status == "error" or given_up or (dismissed is not None and dismissed.is_set()):
+                # failed, dismissed or given up on: stop the job's other tasks before its output
+                # is removed (a future the cluster cancelled has none left to stop)
+                _drain(client, future, bound=bound)
 
 
-def _drain(client, future: Future, timeout: float = 10.0) -> None:
+def _drain(client, future: Future, timeout: float = 10.0, bound: float | None = None) -> None:
     """Cancel the job's remaining tasks and wait until none still runs, so that no worker
     writes into the directory that is about to be removed. A worker finishes a task it was
     executing when the scheduler released it: such a task runs on a worker while the
@@ -431,8 +476,9 @@ def _drain(client, future: Future, timeout: float = 10.0) -> None:
         return
     while time.monotonic() < deadline:
         try:
-            running = client.run(running_keys)  # workers first, then the scheduler
-            processing = set(client.run_on_scheduler(processing_keys))
+            # workers first, then the scheduler; each call bounded (the scheduler may be gone)
+            running = client.run(running_keys, callback_timeout=bound)
+            processing = set(client.run_on_scheduler(processing_keys, callback_timeout=bound))
         except Exception:
             return
         if all(key in processing for keys in running.values() for key in keys):

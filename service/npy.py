@@ -21,6 +21,7 @@ import math
 import operator
 import re
 import struct
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,10 +140,18 @@ def _check_magic_and_version(prefix: bytes) -> tuple[int, str] | None:
     return _VERSIONS[version]
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: two
+# threads in ast.parse at once (a thread switch inside it, e.g. through a garbage-collection
+# callback) fail with "SystemError: AST constructor recursion depth mismatch" (CPython
+# gh-106905). Concurrent sync requests with inline NPY inputs hit it (tests/service/test_load.py).
+AST_LOCK = threading.Lock()
+
+
 def _literal_header(text: str) -> dict:
     """Read the header text as a dict literal of plain literals, or raise NpyError."""
     try:
-        tree = ast.parse(text.strip(" \t\r\n\x00"), mode="eval")
+        with AST_LOCK:
+            tree = ast.parse(text.strip(" \t\r\n\x00"), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise NpyError(
             f"NPY header: must be a Python dict literal, got {text[:80]!r} ({exc})"

@@ -7,11 +7,16 @@ over HTTP. Zarr v3 has no bfloat16 or complex32: those are stored as their raw b
 (``uint16``, ``uint32``) with the attribute ``ops_dtype`` naming the real type.
 
 Nothing appears half-written: every array is built under ``<data root>/tmp`` and moved into
-place with one ``rename``; an existing array is replaced the same way.
+place with one ``rename``; an existing array is replaced by swapping the two groups in one
+``renameat2(RENAME_EXCHANGE)`` (``ArrayStore.publish``), so a reader sees the old array or
+the new one, never a mix and never a missing name. Reads in this process hold the version
+they started on (``ArrayStore.open(pinned=True)``) until they finish.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import itertools
 import json
 import math
@@ -19,7 +24,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import uuid
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +71,8 @@ def parse_dims(text: str | None, ndim: int) -> tuple[str, ...] | None:
 
 
 def parse_chunks(text: str | None, shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """``?chunks=1,256,256,-1`` (``-1``: the whole axis) as one positive chunk length per axis."""
+    """``?chunks=1,256,256,-1`` (``-1``: the whole axis) as one positive chunk length per axis;
+    a length past its axis is the whole axis (Zarr would allocate a chunk that long)."""
     if text is None:
         return None
     try:
@@ -73,7 +81,7 @@ def parse_chunks(text: str | None, shape: tuple[int, ...]) -> tuple[int, ...] | 
         raise bad_request(f"chunks must be comma-separated integers, got {text!r}") from None
     if len(values) != len(shape) or any(v == 0 or v < -1 for v in values):
         raise bad_request(f"chunks must give {len(shape)} positive lengths (or -1 for a whole axis), got {text!r}")
-    return tuple(max(1, n) if v == -1 else v for v, n in zip(values, shape))
+    return tuple(max(1, n) if v == -1 else min(v, max(1, n)) for v, n in zip(values, shape))
 
 
 def stream_chunks(shape: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:
@@ -132,6 +140,143 @@ class Located:
     group_attrs: dict
 
 
+# --- atomic replacement and stable reads ------------------------------------------------------
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1  # <linux/fs.h>
+_RENAME_EXCHANGE = 2
+_PROC_FD = Path("/proc/self/fd")
+
+
+def _load_renameat2():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_renameat2 = _load_renameat2()
+
+
+def _rename2(src: Path, dst: Path, flags: int) -> bool:
+    """``renameat2(src, dst, flags)``: True when done, False where the C library, the kernel or
+    the file system lacks it or the flag (then the caller falls back to plain renames); any
+    other failure raises OSError (FileNotFoundError, FileExistsError, ...)."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    if code == errno.ENOTEMPTY:
+        code = errno.EEXIST
+    raise OSError(code, os.strerror(code), str(src), None, str(dst))
+
+
+class _Pin:
+    """One reader's hold on one array directory: an open descriptor of it, so that
+    ``path`` (``/proc/self/fd/N``) names that directory wherever it is moved; released (the
+    descriptor closed, the count dropped) when the last object referring to it is gone."""
+
+    _serial = itertools.count()
+
+    def __init__(self, pins: _Pins, key: tuple[int, int], fd: int):
+        self.key, self.fd = key, fd
+        self.path = _PROC_FD / str(fd)
+        self.serial = next(self._serial)
+        weakref.finalize(self, pins.release, key, fd)
+
+
+class _Pins:
+    """Array directories being read in this process, counted by (device, inode), and the
+    replaced or deleted ones whose removal waits for their last reader."""
+
+    def __init__(self):
+        self.supported = _PROC_FD.is_dir()
+        self._lock = threading.Lock()
+        self._readers: dict[tuple[int, int], int] = {}
+        self._doomed: dict[tuple[int, int], Path] = {}
+
+    def pin(self, path: Path) -> _Pin:
+        """Hold the directory at ``path`` (FileNotFoundError if there is none). Opened under the
+        lock, so that ``dispose`` of a directory moved away after this open sees the count."""
+        with self._lock:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            stat = os.fstat(fd)
+            key = (stat.st_dev, stat.st_ino)
+            self._readers[key] = self._readers.get(key, 0) + 1
+        return _Pin(self, key, fd)
+
+    def release(self, key: tuple[int, int], fd: int) -> None:
+        """A pin's finalizer (any thread, maybe inside garbage collection): never raises."""
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        with self._lock:
+            left = self._readers.get(key, 1) - 1
+            if left > 0:
+                self._readers[key] = left
+                return
+            self._readers.pop(key, None)
+            doomed = self._doomed.pop(key, None)
+        if doomed is not None:
+            _remove_in_background(doomed)
+
+    def dispose(self, path: Path) -> None:
+        """Remove ``path`` (a replaced or deleted group, moved under tmp/) now, or when the last
+        reader holding it lets go."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return
+        with self._lock:
+            key = (stat.st_dev, stat.st_ino)
+            if key in self._readers:
+                self._doomed[key] = path
+                return
+        shutil.rmtree(path, ignore_errors=True)
+
+    def waiting(self) -> list[Path]:
+        """Replaced or deleted groups kept for their readers (for tests)."""
+        with self._lock:
+            return list(self._doomed.values())
+
+
+def _remove_in_background(path: Path) -> None:
+    """Remove a directory off the calling thread (a pin may be released on the event loop)."""
+    try:
+        threading.Thread(target=shutil.rmtree, args=(path, True), name="remove-replaced-array",
+                         daemon=True).start()
+    except RuntimeError:  # interpreter shutdown: no new threads
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class _PinnedStore(zarr.storage.LocalStore):
+    """A read-only Zarr LocalStore on a pinned directory (``/proc/self/fd/N``) that keeps the
+    pin while it, or a copy of it, is referenced (by xarray, zarr, a Dask graph)."""
+
+    def __init__(self, root, *, pin: _Pin, read_only: bool = True):
+        super().__init__(root, read_only=True)  # always: an input is never written through it
+        self.pin = pin
+
+    def with_read_only(self, read_only: bool = False):
+        return type(self)(self.root, pin=self.pin)
+
+    def __dask_tokenize__(self):
+        # /proc/self/fd/N is reused by later pins: name the graph after this pin, not the path.
+        return ("pinned-array-store", self.pin.key, self.pin.serial)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _PinnedStore) and other.pin is self.pin
+
+    __hash__ = object.__hash__
+
+
 class ArrayStore:
     """Arrays as Zarr v3 groups under one data root. Every method is blocking (run it in a
     thread from async code)."""
@@ -144,6 +289,7 @@ class ArrayStore:
         self.max_upload_bytes = max_upload_bytes
         self.arrays.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
+        self._pins = _Pins()
 
     # --- names and paths ------------------------------------------------------------------
 
@@ -151,16 +297,33 @@ class ArrayStore:
         """The group path of ``name``, checked to stay inside the data root."""
         check_name(name)
         path = self.arrays / name
-        if path.is_symlink() or (path.exists() and not path.resolve().is_relative_to(self.arrays)):
+        if (path.is_symlink() or (path / "zarr.json").is_symlink()
+                or (path.exists() and not path.resolve().is_relative_to(self.arrays))):
             raise bad_request(f"array name {name!r} does not resolve inside the data root")
         return path
+
+    @staticmethod
+    def _refuse_links(name: str, group: Path) -> None:
+        """Refuse a group holding a symbolic link (the service never makes one, uploads cannot):
+        reading through it could leave the data root. One directory scan, before any chunk is read."""
+        folders = [group]
+        while folders:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        raise bad_request(f"array name {name!r} does not resolve inside the data root "
+                                          f"(it holds a symbolic link, {entry.name!r})")
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(Path(entry.path))
 
     def exists(self, name: str) -> bool:
         path = self.path(name)
         return (path / "zarr.json").is_file()
 
-    def locate(self, name: str) -> Located:
-        path = self.path(name)
+    def locate(self, name: str, path: Path | None = None) -> Located:
+        """The array ``name`` as its consolidated metadata describes it (read from ``path``,
+        a pinned directory, when given)."""
+        path = self.path(name) if path is None else path
         if not (path / "zarr.json").is_file():
             raise no_such_array(name)
         group = json.loads((path / "zarr.json").read_text())
@@ -186,10 +349,36 @@ class ArrayStore:
 
     # --- reading --------------------------------------------------------------------------
 
-    def open(self, name: str, chunks=None) -> xr.DataArray:
-        """The stored array as a lazy (Dask-backed) DataArray with its real dtype."""
-        found = self.locate(name)
-        ds = xr.open_zarr(found.path, zarr_format=3, consolidated=True, mask_and_scale=False,
+    def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:
+        """The stored array as a lazy (Dask-backed) DataArray with its real dtype, opened
+        read-only (a read-only Zarr store: nothing computed from it can write the input).
+
+        ``pinned=False`` (graphs that the cluster's workers run, in other processes): the graph
+        reads the group by its path. Replacing or deleting an array that a running job reads is
+        refused (409), so the path keeps its version for the job.
+
+        ``pinned=True`` (reads in this process: the NPY download, a job's inline result): the
+        graph reads the version current at this call, through an open descriptor of its
+        directory (``/proc/self/fd/N``), however long the read lasts. An overwrite or a delete
+        meanwhile moves that directory aside, and ``publish``/``delete`` remove it only when the
+        last such reader has let go: the pin lives as long as the Zarr store object that the
+        DataArray and its graph refer to (released when they are garbage-collected). So a
+        download that began before an overwrite streams the old array to its end, never a mix.
+        Where there is no ``/proc`` this falls back to reading by path.
+        """
+        path = self.path(name)
+        if pinned and self._pins.supported:
+            try:
+                pin = self._pins.pin(path)
+            except (FileNotFoundError, NotADirectoryError):
+                raise no_such_array(name) from None
+            found = self.locate(name, pin.path)
+            source = _PinnedStore(pin.path, pin=pin)
+        else:
+            found = self.locate(name)
+            source = zarr.storage.LocalStore(found.path, read_only=True)
+        self._refuse_links(name, found.path)
+        ds = xr.open_zarr(source, zarr_format=3, consolidated=True, mask_and_scale=False,
                           chunks={} if chunks is None else chunks)
         arr = ds[found.variable]
         arr.attrs.pop("_FillValue", None)
@@ -217,7 +406,7 @@ class ArrayStore:
 
     def read_small(self, name: str, limit: int) -> np.ndarray:
         """The whole array in memory, if it is at most ``limit`` bytes (413 otherwise)."""
-        arr = self.open(name)
+        arr = self.open(name, pinned=True)
         nbytes = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize
         if nbytes > limit:
             raise too_large(f"the result is {nbytes} bytes, over the {limit}-byte inline limit; "
@@ -244,7 +433,7 @@ class ArrayStore:
     def iter_npy(self, name: str, piece_bytes: int | None = None) -> tuple[np.dtype, int, Iterator[bytes]]:
         """(dtype, byte length, the NPY bytes in pieces): C order, produced slab by slab, never
         whole in memory."""
-        arr = self.open(name)
+        arr = self.open(name, pinned=True)
         dtype = np.dtype(arr.dtype)
         wire, _ = npy.wire_dtype(dtype)
         data = da.asarray(arr.data)  # a 0-d variable opens as NumPy
@@ -262,26 +451,62 @@ class ArrayStore:
     # --- writing --------------------------------------------------------------------------
 
     def publish(self, built: Path, name: str, overwrite: bool) -> None:
-        """Move the group built at ``built`` to ``name`` in one rename; 409 if taken."""
+        """Move the group built at ``built`` (under tmp/) to ``name``; 409 if the name is taken
+        and ``overwrite`` is false.
+
+        A new name appears whole in one ``renameat2(RENAME_NOREPLACE)``, so of two publishers
+        of one name one wins and the other gets 409. An existing array is replaced by
+        ``renameat2(RENAME_EXCHANGE)``: ``arrays/NAME`` goes from the old group to the new one
+        in one step, so a reader finds the old array or the new one, never a missing name or
+        a mix. The old group (now at ``built``) is moved aside under tmp/ and removed, at once,
+        or when the last reader in this process that pinned it (``open(pinned=True)``) lets
+        go. Where the C library, kernel or file system lacks renameat2, a check and a rename,
+        and two renames to replace (the name absent between them), do instead.
+        """
         target = self.path(name)
-        if target.exists():
+        for _ in range(16):  # each turn loses only to another writer of this name
+            if overwrite and target.exists():
+                try:
+                    swapped = _rename2(built, target, _RENAME_EXCHANGE)
+                except FileNotFoundError:
+                    continue  # deleted meanwhile: publish it as a new name
+                aside = self.tmp / f"replaced-{uuid.uuid4().hex}"
+                if swapped:
+                    os.rename(built, aside)  # the old group, out of the caller's cleanup of built
+                else:
+                    try:
+                        os.rename(target, aside)
+                    except FileNotFoundError:
+                        continue  # deleted meanwhile: publish it as a new name
+                    os.rename(built, target)
+                self._pins.dispose(aside)
+                return
+            try:
+                if not _rename2(built, target, _RENAME_NOREPLACE):
+                    if target.exists():
+                        raise FileExistsError(errno.EEXIST, "exists", str(target))
+                    os.rename(built, target)  # fails (ENOTEMPTY) if a group appeared meanwhile
+                return
+            except OSError as error:
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
             if not overwrite:
                 shutil.rmtree(built, ignore_errors=True)
                 raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
-            old = self.tmp / f"replaced-{uuid.uuid4().hex}"
-            os.rename(target, old)
-            os.rename(built, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(built, target)
+        raise conflict(f"the array {name!r} is being replaced by other requests; try again")
 
     def delete(self, name: str) -> None:
+        """Remove the array: the name disappears at once and whole (one rename under tmp/); its
+        files go now, or when the last reader in this process that pinned them lets go."""
         path = self.path(name)
         if not (path / "zarr.json").is_file():
             raise no_such_array(name)
         trash = self.tmp / f"deleted-{uuid.uuid4().hex}"
-        os.rename(path, trash)  # the name disappears at once and whole
-        shutil.rmtree(trash, ignore_errors=True)
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            raise no_such_array(name) from None
+        self._pins.dispose(trash)
 
     def write_skeleton(self, path: Path, arr: xr.DataArray, chunks: tuple[int, ...], variable: str,
                        group_attrs: dict | None = None):

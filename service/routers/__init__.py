@@ -1,13 +1,43 @@
-"""One router per resource: landing/conformance, processes, jobs, arrays, health."""
+"""One router per resource: landing/conformance, processes, jobs, arrays, health.
 
-from schemas.service import Exception_
+What the routers share: the OpenAPI ``responses`` of OGC exception bodies, and the path
+parameters, whose documented constraints are the ones the service enforces."""
+
+from typing import Annotated
+
+from fastapi import Path
+
+from ops import registry
+from schemas.service import ARRAY_NAME_PATTERN, JOB_ID_PATTERN, ZARR_KEY_PATTERN, Exception_
 
 JSON_PROBLEM = "application/json"
 
+_TEXT = {400: "Bad parameters", 401: "Missing or wrong token", 404: "Not found", 409: "Conflict",
+         413: "Too large", 415: "Unsupported media type", 416: "Range not satisfiable",
+         500: "The service failed", 503: "Dask cluster unreachable",
+         507: "The data root is out of space: nothing was stored"}
 
-def problems(*codes: int) -> dict:
-    """OpenAPI ``responses`` entries for OGC exception bodies with these status codes."""
-    text = {400: "Bad parameters", 401: "Missing or wrong token", 404: "Not found", 409: "Conflict",
-            413: "Too large", 415: "Unsupported media type", 416: "Range not satisfiable",
-            503: "Dask cluster unreachable"}
-    return {code: {"model": Exception_, "description": text.get(code, "Error")} for code in codes}
+
+def problems(*codes: int, **descriptions: str) -> dict:
+    """OpenAPI ``responses`` entries for OGC exception bodies (``application/json``) with these
+    status codes; ``descriptions`` (``_404="..."``) override the default description of one."""
+    return {code: {"model": Exception_, "description": descriptions.get(f"_{code}", _TEXT.get(code, "Error"))}
+            for code in codes}
+
+
+# The path parameters. The constraints below are documentation only (``json_schema_extra``):
+# the routes enforce them with their own messages (an ill-formed array name is a 400 from
+# ``storage.check_name``; an unknown process, job or Zarr key, well-formed or not, is a 404),
+# and the fuzzing tests check that the document and the service agree.
+ArrayName = Annotated[str, Path(
+    description="1-128 characters of [A-Za-z0-9._-], not starting with '.'",
+    json_schema_extra={"pattern": ARRAY_NAME_PATTERN, "minLength": 1, "maxLength": 128})]
+ProcessID = Annotated[str, Path(
+    description="an operator; any other id is 404 no-such-process",
+    json_schema_extra={"enum": list(registry.OPERATORS)})]
+JobID = Annotated[str, Path(
+    description="the id the service gave the job (32 hex digits); any other is 404 no-such-job",
+    json_schema_extra={"pattern": JOB_ID_PATTERN})]
+ZarrKey = Annotated[str, Path(
+    description="a key of the stored Zarr v3 group: zarr.json, or a chunk key such as NAME/c/0/0",
+    json_schema_extra={"pattern": ZARR_KEY_PATTERN})]

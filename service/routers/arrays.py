@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
@@ -15,7 +15,7 @@ from service import npy
 from service.errors import (RANGE_NOT_SATISFIABLE, UNSUPPORTED_MEDIA_TYPE, ServiceError, bad_request, conflict,
                             no_such_array, too_large)
 from service.execution import NPY_MEDIA_TYPE, dtype_header
-from service.routers import problems
+from service.routers import ArrayName, ZarrKey, problems
 from service.state import Services, base_url, require_token, services
 from service.storage import check_name
 
@@ -23,6 +23,20 @@ router = APIRouter(tags=["arrays"], dependencies=[Depends(require_token)])
 
 ZIP_TYPES = ("application/zip", "application/x-zip-compressed")
 ZARR_JSON_TYPE = "application/json"
+ZARR_CHUNK_TYPE = "application/octet-stream"
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+# What a client can do with an array it has just stored (OpenAPI links of the 201).
+_NAME = {"name": "$request.path.name"}
+_ARRAY_LINKS = {
+    "info": {"operationId": "get_array_info", "parameters": _NAME, "description": "its shape, dtype, chunks, dims"},
+    "download": {"operationId": "get_array", "parameters": _NAME, "description": "its NPY"},
+    "zarr": {"operationId": "get_zarr_key", "parameters": {**_NAME, "key": "zarr.json"},
+             "description": "its Zarr v3 metadata (consolidated)"},
+    "delete": {"operationId": "delete_array", "parameters": _NAME, "description": "delete it"},
+}
+# ?chunks= and ?dims= (checked against the array's rank by the store)
+CHUNKS_PATTERN = r"^(-1|[1-9][0-9]*)(,(-1|[1-9][0-9]*))*$"
+DIMS_PATTERN = r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$"
 
 
 def _links(base: str, name: str) -> list[dict]:
@@ -77,14 +91,26 @@ async def _upload_zip(request: Request, svc: Services, name: str, variable, dims
 
 @router.put("/arrays/{name}", status_code=201, response_model=ArrayInfo,
             openapi_extra={"requestBody": {"required": True, "content": {
-                NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
-                "application/zip": {"schema": {"type": "string", "format": "binary"}}}}},
-            responses=problems(400, 401, 409, 413, 415))
-async def put_array(name: str, request: Request,
-                    chunks: str | None = Query(None, description="chunk lengths, e.g. 1,256,256,-1"),
-                    dims: str | None = Query(None, description="dim names, e.g. time,y,x,band"),
-                    variable: str | None = Query(None, description="the data variable of a zipped store"),
-                    overwrite: bool = Query(False), svc: Services = Depends(services)):
+                NPY_MEDIA_TYPE: _BINARY, "application/zip": _BINARY, "application/x-zip-compressed": _BINARY}}},
+            operation_id="put_array",
+            responses={201: {"description": "Stored; ``Location`` is the array's URL", "headers": {
+                "Location": {"description": "the array's URL", "schema": {"type": "string"}}},
+                "links": _ARRAY_LINKS},
+                **problems(400, 401, 409, 413, 415, 507,
+                           _400="Not an NPY / Zarr v3 zip, or ?chunks= / ?dims= / ?variable= do not fit it",
+                           _409="The name exists (without ?overwrite=true), or a running job uses it")})
+async def put_array(name: ArrayName, request: Request,
+                    chunks: str = Query(None, description="chunk lengths, e.g. 1,256,256,-1 (-1: the whole "
+                                               "axis), one per axis", pattern=CHUNKS_PATTERN),
+                    dims: str = Query(None, description="dim names, e.g. time,y,x,band, one per axis",
+                                             pattern=DIMS_PATTERN),
+                    variable: str = Query(None, description="the data variable of a zipped store"),
+                    overwrite: bool = Query(False), svc: Services = Depends(services),
+                    x_array_dtype: str = Header(  # documented here, read by the NPY upload
+                        None, alias="X-Array-Dtype",
+                        description="NPY bodies: bfloat16 or complex32 when the NPY holds those types' raw bits "
+                                    "(<u2, <u4), or the NPY's own dtype; anything else is a 400. Not used for a "
+                                    "zipped store, whose metadata says its dtypes")):
     """Store an array: an NPY body (streamed into Zarr chunk by chunk) or a zipped Zarr v3 store."""
     check_name(name)
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -119,15 +145,20 @@ def list_arrays(request: Request, svc: Services = Depends(services)) -> dict:
     return {"arrays": arrays, "links": [{"href": f"{base}/arrays", "rel": "self", "type": "application/json"}]}
 
 
-@router.get("/arrays/{name}/info", response_model=ArrayInfo, responses=problems(400, 401, 404))
-def array_info(name: str, request: Request, svc: Services = Depends(services)) -> dict:
+@router.get("/arrays/{name}/info", operation_id="get_array_info", response_model=ArrayInfo,
+            responses=problems(400, 401, 404))
+def array_info(name: ArrayName, request: Request, svc: Services = Depends(services)) -> dict:
     """Shape, dtype, chunks, dim names and attrs."""
     return {**svc.store.info(name), "links": _links(base_url(request), name)}
 
 
-@router.get("/arrays/{name}", responses={200: {"description": "NPY", "content": {NPY_MEDIA_TYPE: {
-    "schema": {"type": "string", "format": "binary"}}}}, **problems(400, 401, 404)})
-async def download_array(name: str, svc: Services = Depends(services)):
+@router.get("/arrays/{name}", operation_id="get_array", response_class=StreamingResponse, responses={
+    200: {"description": "The array as NPY (bfloat16 / complex32 as their raw bits, named by X-Array-Dtype)",
+          "content": {NPY_MEDIA_TYPE: _BINARY}, "headers": {"X-Array-Dtype": {
+              "description": "bfloat16 or complex32 when the NPY holds those types' raw bits",
+              "schema": {"type": "string", "enum": ["bfloat16", "complex32"]}}}},
+    **problems(400, 401, 404)})
+async def download_array(name: ArrayName, svc: Services = Depends(services)):
     """The array as NPY, produced block by block (bfloat16/complex32 as raw bits with X-Array-Dtype)."""
     dtype, length, pieces = await run_in_threadpool(svc.store.iter_npy, name)
     headers = {**dtype_header(dtype), "Content-Length": str(length),
@@ -135,13 +166,28 @@ async def download_array(name: str, svc: Services = Depends(services)):
     return StreamingResponse(pieces, media_type=NPY_MEDIA_TYPE, headers=headers)
 
 
-_ZARR_KEY_RESPONSES = {200: {"description": "a Zarr key"}, 206: {"description": "a byte range of it"},
-                       **problems(400, 401, 404, 416)}
+_ZARR_KEY_CONTENT = {ZARR_JSON_TYPE: {"schema": {"type": "object", "description": "zarr.json: Zarr v3 metadata"}},
+                     ZARR_CHUNK_TYPE: _BINARY}
+_ZARR_KEY_RESPONSES = {
+    200: {"description": "The key: zarr.json (application/json) or a chunk (application/octet-stream)",
+          "content": _ZARR_KEY_CONTENT},
+    206: {"description": "The byte range of it that the Range header asked for", "content": _ZARR_KEY_CONTENT,
+          "headers": {"Content-Range": {"description": "bytes FIRST-LAST/SIZE", "schema": {"type": "string"}}}},
+    **problems(400, 401, 404, 416, _404="No such array, or the array has no such key",
+               _416="The Range cannot be served from the key's size"),
+}
+# RFC 9110 byte ranges: bytes=FIRST-[LAST] or bytes=-SUFFIX, comma-separated
+RANGE_PATTERN = r"^bytes=([0-9]+-[0-9]*|-[0-9]+)(, *([0-9]+-[0-9]*|-[0-9]+))*$"
 
 
-@router.head("/arrays/{name}/zarr/{key:path}", operation_id="head_zarr_key", responses=_ZARR_KEY_RESPONSES)
-@router.get("/arrays/{name}/zarr/{key:path}", operation_id="get_zarr_key", responses=_ZARR_KEY_RESPONSES)
-def zarr_key(name: str, key: str, request: Request, svc: Services = Depends(services)):
+@router.head("/arrays/{name}/zarr/{key:path}", operation_id="head_zarr_key", response_class=FileResponse,
+             responses=_ZARR_KEY_RESPONSES)
+@router.get("/arrays/{name}/zarr/{key:path}", operation_id="get_zarr_key", response_class=FileResponse,
+            responses=_ZARR_KEY_RESPONSES)
+def zarr_key(name: ArrayName, key: ZarrKey, request: Request, svc: Services = Depends(services),
+             byte_range: str = Header(None, alias="Range",
+                                             description="a byte range of the key (206), e.g. bytes=0-99",
+                                             json_schema_extra={"pattern": RANGE_PATTERN})):
     """The stored Zarr v3 group, read-only: ``zarr.json`` (consolidated metadata) and chunk keys,
     with HTTP Range requests, for ``xarray.open_zarr(".../arrays/NAME/zarr")``."""
     path = svc.store.key_path(name, key)
@@ -149,7 +195,7 @@ def zarr_key(name: str, key: str, request: Request, svc: Services = Depends(serv
         raise ServiceError(404, "https://chunked-tensor-ops.readthedocs.io/exceptions/no-such-key",
                            f"array {name!r} has no Zarr key {key!r}")
     size = os.stat(path).st_size
-    wanted = request.headers.get("range")
+    wanted = byte_range
     if wanted:
         try:
             FileResponse._parse_range_header(wanted, size)
@@ -160,8 +206,10 @@ def zarr_key(name: str, key: str, request: Request, svc: Services = Depends(serv
     return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
 
 
-@router.delete("/arrays/{name}", status_code=204, responses=problems(400, 401, 404, 409))
-def delete_array(name: str, svc: Services = Depends(services)):
+@router.delete("/arrays/{name}", operation_id="delete_array", status_code=204, response_class=Response,
+               responses={204: {"description": "Deleted"},
+                          **problems(400, 401, 404, 409, _409="A running job reads or writes the array")})
+def delete_array(name: ArrayName, svc: Services = Depends(services)):
     """Delete the array (409 while a running job reads or writes it)."""
     check_name(name)
     if not svc.store.exists(name):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from schemas.service import OGC_CONFORMANCE, OGC_REL, Conformance, LandingPage
+from service.routers import problems
 from service.state import base_url, require_token
 
 router = APIRouter(tags=["landing"])
@@ -36,7 +37,8 @@ def landing(request: Request) -> dict:
     }
 
 
-@router.get("/conformance", response_model=Conformance, dependencies=[Depends(require_token)])
+@router.get("/conformance", response_model=Conformance, dependencies=[Depends(require_token)],
+            responses=problems(401))
 def conformance() -> dict:
     """The OGC API - Processes conformance classes this service implements."""
     return {"conformsTo": CONFORMANCE}

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import uuid
 
-from fastapi import APIRouter, Depends, Request
+import numpy as np
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from ops import registry
-from schemas.service import ExecuteRequest, ProcessDescription, ProcessList, StatusInfo
+from schemas.service import ARRAY_NAME_PATTERN, ExecuteRequest, ProcessDescription, ProcessList, StatusInfo
 from service import descriptions
 from service.errors import NO_SUCH_PROCESS, ServiceError, bad_request, too_large
 from service.execution import NPY_MEDIA_TYPE, dtype_header, npy_bytes
-from service.routers import problems
+from service.routers import ProcessID, problems
 from service.routers.jobs import result_document, status_info
 from service.state import Services, base_url, require_token, services
 
@@ -40,28 +43,77 @@ def list_processes(request: Request) -> dict:
 
 @router.get("/processes/{process_id}", response_model=ProcessDescription, response_model_by_alias=True,
             response_model_exclude_none=True, responses=problems(401, 404))
-def describe_process(process_id: str, request: Request) -> dict:
+def describe_process(process_id: ProcessID, request: Request) -> dict:
     """The operator's inputs (arrays, then keyword parameters with their JSON Schema) and output."""
     return descriptions.description(_operator(process_id), base_url(request))
 
 
-def _execute_body() -> dict:
-    """The execute request's OpenAPI schema, its ``inputs`` one variant per operator, built
-    from the same process descriptions (and so the same ``schemas`` models)."""
+def _inline(array: np.ndarray) -> dict:
+    return {"value": base64.b64encode(npy_bytes(array)).decode("ascii"), "encoding": "base64",
+            "mediaType": NPY_MEDIA_TYPE}
+
+
+def _ints(*shape: int, dtype=np.int32) -> np.ndarray:
+    return np.arange(math.prod(shape), dtype=dtype).reshape(shape)
+
+
+# One small request per operator, inline in and out, for the document's examples (and so for
+# /docs, and for the fuzzing tests' first cases, which run them and check the answers).
+_EXAMPLE_INPUTS = {
+    "depth_to_space": {"x": _inline(_ints(1, 2, 2, 4, dtype=np.float32)), "block_size": 2},
+    "space_to_depth": {"x": _inline(_ints(1, 4, 4, 1, dtype=np.float32)), "block_size": 2},
+    "space_to_batch": {"x": _inline(_ints(1, 2, 2, 1)), "block_size": 2, "paddings": [[0, 0], [0, 0]]},
+    "space_to_batch_nd": {"x": _inline(_ints(1, 5, 2)), "block_shape": [4], "paddings": [[2, 1]]},
+    "batch_to_space_nd": {"x": _inline(_ints(8, 3, 1)), "block_shape": [4], "crops": [[3, 4]]},
+    "gather_nd": {"params": _inline(_ints(3, 4)), "indices": _inline(np.array([[0, 1], [2, -1]]))},
+    "ascend_dequant": {"src": _inline(_ints(2, 8) - 8), "deq_scale": 0.5, "dst_dtype": "float32"},
+}
+
+
+def _example(op: registry.Operator) -> dict:
+    return {"summary": f"{op.name} of a small inline array, the result inline in a results document",
+            "value": {"inputs": _EXAMPLE_INPUTS[op.name],
+                      "outputs": {"result": {"transmissionMode": "value"}}, "response": "document"}}
+
+
+def _inputs_schema(op: registry.Operator) -> dict:
+    """``op``'s ``inputs``, from its process description (and so the same ``schemas`` models)."""
+    inputs = descriptions.description(op, "")["inputs"]
+    return {"title": f"{op.name} inputs", "type": "object",
+            "properties": {name: spec["schema"] for name, spec in inputs.items()},
+            "required": [name for name, spec in inputs.items() if spec["minOccurs"]],
+            "additionalProperties": False}
+
+
+def _execute_body(op: registry.Operator | None) -> dict:
+    """The OpenAPI request body of ``op``'s execution, or (``None``) of the templated path's,
+    whose ``inputs`` are those of one of the operators: the one named in the path."""
     schema = ExecuteRequest.model_json_schema()
     schema = descriptions.inline_refs({k: v for k, v in schema.items() if k != "$defs"}, schema.get("$defs", {}))
-    variants = []
-    for op in registry.OPERATORS.values():
-        inputs = descriptions.description(op, "")["inputs"]
-        variants.append({"title": f"{op.name} inputs", "type": "object",
-                         "properties": {name: spec["schema"] for name, spec in inputs.items()},
-                         "required": [name for name, spec in inputs.items() if spec["minOccurs"]],
-                         "additionalProperties": False})
-    schema["properties"]["inputs"] = {"anyOf": variants, "description": "array inputs and keyword parameters"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-_EXECUTE_BODY = _execute_body()
+    if op is None:
+        schema["properties"]["inputs"] = {
+            "anyOf": [_inputs_schema(op) for op in registry.OPERATORS.values()],
+            "description": "array inputs and keyword parameters of the process in the path (its own execution "
+                           "operation, POST /processes/NAME/execution, says which)"}
+    else:
+        schema["properties"]["inputs"] = {**_inputs_schema(op), "description": "array inputs and keyword parameters"}
+    schema["required"] = ["inputs"]
+    # One output, "result" (anything else is a 400), as NPY.
+    schema["properties"]["outputs"] = {
+        "anyOf": [{"type": "object", "additionalProperties": False, "properties": {"result": {
+            "type": "object",
+            "properties": {
+                "format": {"anyOf": [{"type": "object", "properties": {"mediaType": {
+                    "anyOf": [{"type": "string", "enum": [NPY_MEDIA_TYPE]}, {"type": "null"}]}}}, {"type": "null"}]},
+                "transmissionMode": {"type": "string", "enum": ["value", "reference"], "default": "value"},
+                "name": {"anyOf": [{"type": "string", "pattern": ARRAY_NAME_PATTERN, "maxLength": 128},
+                                   {"type": "null"}],
+                         "description": "the name of the stored result array (default: the job id)"},
+            }}}}, {"type": "null"}],
+        "description": "the wanted output, result: inline (value) or stored (reference)"}
+    examples = [op] if op is not None else registry.OPERATORS.values()
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": schema, "examples": {example.name: _example(example) for example in examples}}}}}
 
 
 async def _read_request(request: Request, limit: int) -> ExecuteRequest:
@@ -92,27 +144,69 @@ async def _read_request(request: Request, limit: int) -> ExecuteRequest:
         raise bad_request(f"execute request: {where}: {first['msg']}") from None
 
 
-@router.post(
-    "/processes/{process_id}/execution",
-    openapi_extra=_EXECUTE_BODY,
-    status_code=200,
-    responses={
-        200: {"description": "Sync result: NPY (response raw) or a results document",
-              "content": {NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
-                          "application/json": {"schema": {"type": "object"}}}},
-        201: {"model": StatusInfo, "description": "Job created (Prefer: respond-async)"},
-        **problems(400, 401, 404, 409, 413, 415, 503),
-    },
-)
-async def execute(process_id: str, request: Request, svc: Services = Depends(services)):
-    """Run the operator: synchronously, or as a job with ``Prefer: respond-async``."""
+_EXECUTE_RESPONSES = {
+    200: {"description": "Sync result: the NPY (response raw, transmission value), a results document "
+                         "(response document), or a link to the stored result (response raw, transmission "
+                         "reference)",
+          "content": {NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
+                      "application/json": {"schema": {"anyOf": [
+                          {"$ref": "#/components/schemas/Results"},
+                          {"$ref": "#/components/schemas/ResultLink"}]}}},
+          "headers": {"X-Array-Dtype": {"description": "bfloat16 or complex32 when the NPY holds those types' "
+                                                       "raw bits", "schema": {"type": "string"}},
+                      "Link": {"description": "the stored result (transmission reference)",
+                               "schema": {"type": "string"}}}},
+    201: {"model": StatusInfo, "description": "Job created (Prefer: respond-async)",
+          "headers": {"Location": {"description": "the job's URL", "schema": {"type": "string"}},
+                      "Preference-Applied": {"description": "respond-async", "schema": {"type": "string"}}},
+          "links": {name: {"operationId": target, "parameters": {"job_id": "$response.body#/jobID"},
+                           "description": description}
+                    for name, target, description in (("status", "get_job", "the job's status"),
+                                                      ("results", "get_job_results", "its results"),
+                                                      ("dismiss", "dismiss_job", "dismiss it"))}},
+    **problems(400, 401, 404, 409, 413, 415, 503, 507,
+               _400="Bad inputs, parameters or shapes: the message ops raises for the same call",
+               _404="No such process (the templated path), or no array behind an input's href",
+               _409="The result name exists, or names an input",
+               _413="An inline input, the request or an inline result is over the limit: upload to "
+                    "/arrays and use transmission reference",
+               _415="The request is not application/json"),
+}
+PREFER = Header(None, alias="Prefer",
+                description="respond-async: run as a job (201); otherwise (or respond-sync) run to the end")
+
+
+def _execute_route(op: registry.Operator) -> None:
+    """``POST /processes/{op}/execution``, one operation per operator in the OpenAPI document
+    besides the templated path of OGC API - Processes: the request body's ``inputs`` depend on
+    the process, which the templated path's schema cannot tie to the path."""
+
+    async def endpoint(request: Request, svc: Services = Depends(services), prefer: str = PREFER):
+        return await execute(op.name, request, svc, prefer)
+
+    router.add_api_route(
+        f"/processes/{op.name}/execution", endpoint, methods=["POST"], status_code=200,
+        openapi_extra=_execute_body(op), responses=_EXECUTE_RESPONSES, operation_id=f"execute_{op.name}",
+        summary=f"Execute {op.name}",
+        description=f"Run {op.name}: synchronously, or as a job with ``Prefer: respond-async``.")
+
+
+for _op in registry.OPERATORS.values():
+    _execute_route(_op)
+
+
+@router.post("/processes/{process_id}/execution", operation_id="execute", status_code=200,
+             openapi_extra=_execute_body(None), responses=_EXECUTE_RESPONSES)
+async def execute(process_id: ProcessID, request: Request, svc: Services = Depends(services),
+                  prefer: str = PREFER):
+    """Run the operator: synchronously, or as a job with ``Prefer: respond-async``. (The
+    operators' own routes above match first; they are documented with their own inputs.)"""
     _operator(process_id)
     body = await _read_request(request, 2 * svc.settings.max_inline_bytes + 2**20)
     job_id = uuid.uuid4().hex
     base = base_url(request)
     plan = await run_in_threadpool(svc.executor.plan, process_id, body, job_id, base)
-    prefer = request.headers.get("prefer", "").lower()
-    if "respond-async" in prefer:
+    if "respond-async" in (prefer or "").lower():
         await run_in_threadpool(svc.executor.submit, plan)
         job = await run_in_threadpool(svc.records.get, job_id)
         return JSONResponse(status_info(job, base), status_code=201,

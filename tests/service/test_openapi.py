@@ -14,7 +14,14 @@ def test_execute_inputs_are_the_params_models_of_every_operator():
     body = document["paths"]["/processes/{process_id}/execution"]["post"]["requestBody"]
     variants = body["content"]["application/json"]["schema"]["properties"]["inputs"]["anyOf"]
     assert len(variants) == len(registry.OPERATORS)
+    executions = [path for path in document["paths"] if path.endswith("/execution")]
+    assert executions == [f"/processes/{name}/execution" for name in registry.OPERATORS] + [
+        "/processes/{process_id}/execution"]
     for op, variant in zip(registry.OPERATORS.values(), variants):
+        # each process's own execution operation has the same inputs as its variant
+        own = document["paths"][f"/processes/{op.name}/execution"]["post"]["requestBody"]
+        assert own["content"]["application/json"]["schema"]["properties"]["inputs"] == {
+            **variant, "description": "array inputs and keyword parameters"}
         model = op.params.model_json_schema()
         for name in op.keywords:
             # the same rules: bounds and enums straight from the schemas model (FastAPI drops nulls)

@@ -253,7 +253,7 @@ def test_process_description(client, process):
     assert list(inputs)[:len(arrays)] == list(arrays)
     for name in arrays:
         schema = inputs[name]["schema"]
-        variants = schema["oneOf"]
+        variants = schema["anyOf"]
         assert any(v.get("required") == ["href"] for v in variants)
         assert any(v.get("required") == ["value"] for v in variants)
         assert ({"type": "number"} in variants) == (name == "deq_scale")
