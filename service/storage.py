@@ -43,6 +43,8 @@ from service.errors import bad_request, conflict, no_such_array, too_large
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
+# The most chunks (files) a client may ask an array to be cut into with ?chunks=.
+MAX_CHUNK_COUNT = 1_000_000
 # The largest chunk (or shard) an uploaded Zarr store may declare.
 MAX_CHUNK_BYTES = 512 * 2**20
 DTYPE_ATTR = "ops_dtype"
@@ -81,7 +83,12 @@ def parse_chunks(text: str | None, shape: tuple[int, ...]) -> tuple[int, ...] | 
         raise bad_request(f"chunks must be comma-separated integers, got {text!r}") from None
     if len(values) != len(shape) or any(v == 0 or v < -1 for v in values):
         raise bad_request(f"chunks must give {len(shape)} positive lengths (or -1 for a whole axis), got {text!r}")
-    return tuple(max(1, n) if v == -1 else min(v, max(1, n)) for v, n in zip(values, shape))
+    chunks = tuple(max(1, n) if v == -1 else min(v, max(1, n)) for v, n in zip(values, shape))
+    count = math.prod(math.ceil(n / c) for n, c in zip(shape, chunks))
+    if count > MAX_CHUNK_COUNT:  # each chunk is a file: millions of them exhaust the disk's inodes
+        raise bad_request(f"chunks {list(chunks)} would cut shape {list(shape)} into {count} chunks, more than "
+                          f"{MAX_CHUNK_COUNT}; choose larger chunks")
+    return chunks
 
 
 def stream_chunks(shape: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:

@@ -987,3 +987,16 @@ def test_delete_an_array_a_running_job_reads(env):
     finally:
         records.finish(job, "failed", "test over")
     assert env.client.delete("/arrays/busy-in").status_code == 204
+
+
+def test_chunks_that_would_make_millions_of_files_are_refused(client, service_root):
+    """?chunks=1,1 on a 2000 x 1000 array would write 2,000,000 chunk files: 400, nothing stored."""
+    before = sorted(p.name for p in (service_root / "arrays").iterdir())
+    response = client.put("/arrays/many-chunks?chunks=1,1", content=npy_bytes(np.zeros((2000, 1000), np.uint8)),
+                          headers={"Content-Type": "application/x-npy"})
+    assert response.status_code == 400
+    assert "2000000 chunks, more than 1000000" in response.json()["detail"]
+    assert sorted(p.name for p in (service_root / "arrays").iterdir()) == before
+    assert client.put("/arrays/many-chunks?chunks=2,1000", content=npy_bytes(np.zeros((2000, 1000), np.uint8)),
+                      headers={"Content-Type": "application/x-npy"}).status_code == 201
+    assert client.delete("/arrays/many-chunks").status_code == 204
