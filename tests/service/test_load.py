@@ -30,13 +30,15 @@ def server(tmp_path_factory):
 
 
 def _settled(pid: int, baseline: dict) -> dict:
-    """The server's resources once descriptors and threads are back within the margins (or
-    after SETTLE_S): connections close and pool threads idle asynchronously."""
+    """The server's resources once descriptors, open files and threads are back within the
+    margins (or after SETTLE_S): connections close, readers let go of their arrays and pool
+    threads idle asynchronously."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         now = resources(pid)
-        if (now["fds"] <= baseline["fds"] + FDS_MARGIN and now["threads"] <= baseline["threads"] + THREADS_MARGIN) \
-                or time.monotonic() > deadline:
+        settled = (now["fds"] <= baseline["fds"] + FDS_MARGIN and now["files"] <= baseline["files"]
+                   and now["threads"] <= baseline["threads"] + THREADS_MARGIN)
+        if settled or time.monotonic() > deadline:
             return now
         time.sleep(0.25)
 
