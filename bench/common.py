@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import platform
 import time
@@ -50,3 +51,14 @@ def machine() -> str:
         f"machine: {cpu}, {CORES} cores, {memory:.0f} GiB; Python {platform.python_version()}, "
         f"NumPy {np.__version__}, Dask {dask.__version__}, numba {numba.__version__}\n"
     )
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """The array as the bytes of an .npy file."""
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def load_npy(content: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(content), allow_pickle=False)

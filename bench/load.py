@@ -28,7 +28,6 @@ import argparse
 import base64
 import contextlib
 import datetime
-import io
 import json
 import os
 import shutil
@@ -49,6 +48,7 @@ import numpy as np
 import requests
 
 import ops
+from bench.common import load_npy, machine, npy_bytes
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,16 +57,6 @@ KINDS = ("sync", "job", "upload", "download", "delete")
 HTTP_TIMEOUT = 60.0
 JOB_TIMEOUT = 300.0
 POLL_SECONDS = 0.05
-
-
-def npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
-def load_npy(content: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(content), allow_pickle=False)
 
 
 def inline(array: np.ndarray) -> dict:
@@ -422,8 +412,6 @@ def table(report: Report) -> str:
 
 
 def main() -> None:
-    from bench.common import machine
-
     parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
     parser.add_argument("--sync", type=int, default=1000, help="sync requests (default 1000)")
     parser.add_argument("--concurrency", type=int, default=32, help="client threads (default 32)")

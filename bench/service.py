@@ -29,7 +29,6 @@ import argparse
 import base64
 import contextlib
 import datetime
-import io
 import json
 import os
 import shutil
@@ -47,7 +46,7 @@ import numpy as np
 import requests
 
 import ops
-from bench.common import best_seconds, machine
+from bench.common import best_seconds, load_npy, machine, npy_bytes
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,16 +142,6 @@ def start_cluster_and_service(procs: Processes, data_root: Path, work: Path) -> 
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
-def load_npy(content: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(content), allow_pickle=False)
 
 
 def ok(response: requests.Response, *expected: int) -> requests.Response:

@@ -48,3 +48,20 @@ def inline(array: np.ndarray) -> dict:
 
 def load_npy(content: bytes) -> np.ndarray:
     return np.load(io.BytesIO(content), allow_pickle=False)
+
+
+def assert_problem(response, status: int, type_: str | None = None, detail: str | None = None) -> dict:
+    """An OGC exception body: JSON with type/title/status/detail, status as the HTTP status."""
+    assert response.status_code == status, (response.status_code, response.text[:2000])
+    assert response.headers["content-type"].split(";")[0] == "application/json"
+    body = response.json()
+    assert set(body) >= {"type", "title", "status", "detail"}, body
+    assert body["status"] == status
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    assert isinstance(body["type"], str) and body["type"].startswith("http")
+    if type_ is not None:
+        assert body["type"] == type_, body
+    if detail is not None:
+        assert body["detail"] == detail, body
+    return body

@@ -49,7 +49,7 @@ from fastapi.testclient import TestClient
 import ops
 from ops.errors import InvalidArgument
 from service.app import create_app
-from tests.service.conftest import NPY, inline, make_settings, npy_bytes
+from tests.service.conftest import NPY, assert_problem, inline, make_settings, npy_bytes
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 MAX_UPLOAD = 64 * KiB
@@ -153,21 +153,6 @@ def _traced_peak():
         result[0] = peak - start
         if not already:
             tracemalloc.stop()
-
-
-def assert_problem(response, status: int, type_: str | None = None) -> dict:
-    """An OGC exception body: JSON with type/title/status/detail, status as the HTTP status."""
-    assert response.status_code == status, (response.status_code, response.text[:2000])
-    assert response.headers["content-type"].split(";")[0] == "application/json"
-    body = response.json()
-    assert set(body) >= {"type", "title", "status", "detail"}, body
-    assert body["status"] == status
-    assert isinstance(body["title"], str) and body["title"]
-    assert isinstance(body["detail"], str) and body["detail"]
-    assert isinstance(body["type"], str) and body["type"].startswith("http")
-    if type_ is not None:
-        assert body["type"] == type_, body
-    return body
 
 
 def hostile(env: Env, send: Callable[[], httpx.Response], status: int | tuple[int, ...], *needles: str,

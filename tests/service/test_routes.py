@@ -32,7 +32,7 @@ from ops.errors import InvalidArgument
 from service.app import create_app
 from service.records import JobRecords
 from tests.helpers import assert_same, random_array
-from tests.service.conftest import NPY, inline, load_npy, make_settings, npy_bytes
+from tests.service.conftest import NPY, assert_problem, inline, load_npy, make_settings, npy_bytes
 
 OGC_EXC = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0/"
 INVALID = OGC_EXC + "invalid-parameter"
@@ -139,23 +139,6 @@ def execute(client, process: str, inputs: dict, *, mode: str = "value", response
         output["name"] = name
     body = {"inputs": inputs, "outputs": {"result": output}, "response": response}
     return client.post(f"/processes/{process}/execution", json=body, headers=headers or {})
-
-
-def assert_problem(response, status: int, type_: str | None = None, detail: str | None = None) -> dict:
-    """An OGC exception body: JSON with type/title/status/detail, status as the HTTP status."""
-    assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["content-type"].split(";")[0] == "application/json"
-    body = response.json()
-    assert set(body) >= {"type", "title", "status", "detail"}, body
-    assert body["status"] == status
-    assert isinstance(body["title"], str) and body["title"]
-    assert isinstance(body["detail"], str) and body["detail"]
-    assert isinstance(body["type"], str) and body["type"].startswith("http")
-    if type_ is not None:
-        assert body["type"] == type_, body
-    if detail is not None:
-        assert body["detail"] == detail, body
-    return body
 
 
 def wait_job(client, job_id: str, timeout: float = 30.0) -> dict:
