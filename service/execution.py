@@ -382,7 +382,7 @@ class Executor:
                 raise Dismissed  # dismissed while it ran: its result never appears
             self.store.publish(built, plan.result_name, overwrite=False)
         finally:
-            shutil.rmtree(built, ignore_errors=True)
+            remove_partial(built)
 
     def _wait(self, job_id: str, client, future: Future):
         """Wait for ``future``, recording progress from the scheduler; cancel on dismiss. Every
@@ -484,6 +484,26 @@ def _drain(client, future: Future, timeout: float = 10.0, bound: float | None = 
         if all(key in processing for keys in running.values() for key in keys):
             return
         time.sleep(0.05)
+
+
+# When to look again for a cancelled job's partial output (seconds after its removal).
+RESWEEP_SECONDS = (1.0, 5.0)
+
+
+def remove_partial(path) -> None:
+    """Remove a job's partial output now, and again a little later.
+
+    Cancelling a job does not recall a task the scheduler has already sent to a worker: it can
+    still write its chunk after the job's cleanup, and Zarr recreates the directories it writes
+    into. Such a task finishes within moments, so two later looks remove what it left (the
+    start-up sweep of tmp/ is the last resort). After a successful publish ``path`` is gone
+    and the later looks find nothing.
+    """
+    shutil.rmtree(path, ignore_errors=True)
+    for delay in RESWEEP_SECONDS:
+        timer = threading.Timer(delay, shutil.rmtree, args=(path, True))
+        timer.daemon = True
+        timer.start()
 
 
 def _regular(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
