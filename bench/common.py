@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import signal
+import subprocess
 import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,3 +65,17 @@ def npy_bytes(array: np.ndarray) -> bytes:
 
 def load_npy(content: bytes) -> np.ndarray:
     return np.load(io.BytesIO(content), allow_pickle=False)
+
+
+def stop_process(proc: subprocess.Popen, wait: float = 20.0) -> None:
+    """SIGTERM, SIGKILL after ``wait`` seconds, then SIGKILL what is left of its process group
+    (a worker or nanny child that outlived it)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)

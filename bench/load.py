@@ -31,7 +31,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -48,7 +47,7 @@ import numpy as np
 import requests
 
 import ops
-from bench.common import load_npy, machine, npy_bytes
+from bench.common import load_npy, machine, npy_bytes, stop_process
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
@@ -390,15 +389,7 @@ def start_service(work: Path) -> tuple[subprocess.Popen, str]:
 
 
 def stop_service(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # a worker process that outlived it
+    stop_process(proc)
 
 
 def table(report: Report) -> str:

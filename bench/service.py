@@ -32,7 +32,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +45,7 @@ import numpy as np
 import requests
 
 import ops
-from bench.common import best_seconds, load_npy, machine, npy_bytes
+from bench.common import best_seconds, load_npy, machine, npy_bytes, stop_process
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,16 +94,8 @@ class Processes:
 
     def stop(self) -> None:
         """SIGTERM each (service first, scheduler last), then SIGKILL what is left of its group."""
-        for name, proc in reversed(self.started):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # a worker's nanny child, if it outlived it
+        for _, proc in reversed(self.started):
+            stop_process(proc, wait=15)
 
 
 def wait_until(what: str, ready, procs: Processes, timeout: float = 90.0):

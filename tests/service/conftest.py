@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 
 import numpy as np
 import pytest
@@ -65,3 +66,13 @@ def assert_problem(response, status: int, type_: str | None = None, detail: str 
     if detail is not None:
         assert body["detail"] == detail, body
     return body
+
+
+def eventually(check, timeout: float = 10.0, every: float = 0.05):
+    """Call ``check`` until it returns something true or ``timeout`` passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(every)

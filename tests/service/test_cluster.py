@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 import ops
 from service.app import create_app
-from tests.service.conftest import NPY, inline, load_npy, make_settings, npy_bytes
+from tests.service.conftest import NPY, eventually, inline, load_npy, make_settings, npy_bytes
 
 DASK = Path(sys.executable).parent / "dask"
 REPO = Path(__file__).resolve().parents[2]
@@ -165,13 +165,6 @@ def processing(client: Client) -> list:
         lambda dask_scheduler: [str(ts.key) for ts in dask_scheduler.tasks.values() if ts.state == "processing"])
 
 
-def eventually(check, timeout: float = 10.0, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(every)
 
 
 @contextlib.contextmanager

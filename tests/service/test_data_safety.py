@@ -27,7 +27,7 @@ from service import storage
 from service.errors import ServiceError
 from service.records import JobRecords
 from service.storage import ArrayStore
-from tests.service.conftest import NPY, inline, load_npy, npy_bytes
+from tests.service.conftest import NPY, eventually, inline, load_npy, npy_bytes
 from tests.service.test_e2e_http import _alive, _descendants, start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,13 +39,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def eventually(check, timeout: float = 10.0, every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(every)
 
 
 def tree_digest(path: Path) -> dict[str, tuple[str, int]]:

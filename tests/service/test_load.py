@@ -12,6 +12,7 @@ import time
 import pytest
 
 from bench.load import resources, run_load
+from tests.service.conftest import eventually
 from tests.service.test_e2e_http import start_server, stop_server
 
 SETTLE_S = 15.0
@@ -74,14 +75,5 @@ def test_load(server):
     assert after["threads"] <= baseline["threads"] + THREADS_MARGIN, summary
     assert after["rss"] <= baseline["rss"] + RSS_MARGIN, summary
     # Nothing the run stored is left, nor any replaced or half-built array.
-    assert eventually_empty(server.root / "tmp"), list((server.root / "tmp").iterdir())
+    assert eventually(lambda: not any((server.root / "tmp").iterdir())), list((server.root / "tmp").iterdir())
     assert time.monotonic() - started < 90, summary
-
-
-def eventually_empty(path, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while any(path.iterdir()):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
