@@ -1,17 +1,25 @@
-"""Tensor rearrangement, gather and dequantisation operators as chunk-aware Dask graph builders (see SPEC.md).
+"""Tensor rearrangement, gather and dequantisation operators as chunk-aware Dask graph builders (see docs/operators.md).
 
 Each public function takes a NumPy array (and returns the computed NumPy result) or a Dask
 array (and returns a lazy Dask array built block by block, never materialising the input).
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from ops import accessor, dtypes, errors  # accessor: registers DataArray.ops / Dataset.ops
-from ops.dequant import ascend_dequant
+from ops.dequant import ascend_dequant, pack_deq_scale, unpack_deq_scale
 from ops.depth_space import depth_to_space, space_to_depth
 from ops.errors import InvalidArgument
 from ops.gather_nd import gather_nd
 from ops.space_batch import batch_to_space_nd, space_to_batch, space_to_batch_nd
 
+try:
+    __version__ = version("chunked-tensor-ops")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
 __all__ = [
+    "__version__",
     "accessor",
     "InvalidArgument",
     "ascend_dequant",
@@ -20,7 +28,9 @@ __all__ = [
     "dtypes",
     "errors",
     "gather_nd",
+    "pack_deq_scale",
     "space_to_batch",
     "space_to_batch_nd",
     "space_to_depth",
+    "unpack_deq_scale",
 ]

@@ -181,7 +181,8 @@ def _validate_dequant(src, deq_scale, dst_dtype, calc_count, mode, policy, group
         pairs = CLASSIC_VECTOR if scale.ndim == 1 else CLASSIC_SCALAR
         if (p.dst_dtype, scale_name) not in pairs:
             kind = "vector" if scale.ndim == 1 else "scalar"
-            raise _unsupported(f"with a {kind} deq_scale", f"{p.dst_dtype}, {scale_name}", pairs, "dst_dtype, scale dtype")
+            error = _unsupported(f"with a {kind} deq_scale", f"{p.dst_dtype}, {scale_name}", pairs, "dst_dtype, scale dtype")
+            raise InvalidArgument(f"{error}{_scale_fix(p.dst_dtype, scale, n)}")
         cc = n if p.calc_count is None else p.calc_count
         if p.calc_count is not None and not 1 <= cc <= n:
             raise InvalidArgument(f"calc_count must be in 1..n = {n}, got {cc}")
@@ -216,6 +217,19 @@ def _validate_dequant(src, deq_scale, dst_dtype, calc_count, mode, policy, group
             f"align_output=True needs 32-byte aligned src rows (n*4 % 32 == 0), got n = {n}"
         )
     return src, scale, p, cc
+
+
+def _scale_fix(dst_name: str, scale, n: int) -> str:
+    """The one-line fix for a float scale the classic form does not take, or ''."""
+    if scale.dtype.kind != "f" and scale.dtype != dtypes.bfloat16:
+        return ""
+    if dst_name == "float16":  # the device takes float16 output only from packed uint64 scales
+        packed = "ops.pack_deq_scale(scale)" if scale.ndim == 1 else f"ops.pack_deq_scale(np.full({n}, scale))"
+        return f". For float16 output pack the float scale: deq_scale={packed}"
+    if scale.dtype == np.float64:
+        return ". Pass the scale as float32: deq_scale=np.float32(scale)" if scale.ndim == 0 else \
+            ". Pass the scale as float32: deq_scale=scale.astype(np.float32)"
+    return ""
 
 
 def _policy_label(p) -> str:
@@ -311,7 +325,7 @@ def _build(src: da.Array, scale, plan, dst_dtype, n_out):
 
 def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,
                    group_size=None, k_dim=1, align_output=False):
-    """Dequantise ``src`` [m, n] (or [n], read as [1, n]): ``dst(f32(src) * f32(scale))``.
+    """Dequantise ``src`` [m, n] (or [n], read as [1, n] and returned as [n]): ``dst(f32(src) * f32(scale))``.
 
     Classic (``policy=None``): int32 src, scalar or vector ``deq_scale`` applied to the first
     ``calc_count`` columns (the rest pass through unscaled); with ``mode="single_row"`` a single
@@ -320,6 +334,7 @@ def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_r
     (``k_dim=1``); rows from ``calc_count // n`` on pass through. ``align_output`` pads each
     row with zeros to a multiple of 32 bytes. Float32 arithmetic, round-to-nearest-even.
     """
+    one_row = np.ndim(src) == 1  # [n] is computed as [1, n] and given back as [n]
     src, scale, p, cc = _validate_dequant(
         src, deq_scale, dst_dtype, calc_count, mode, policy, group_size, k_dim, align_output
     )
@@ -327,7 +342,146 @@ def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_r
     n_out = _output_columns(src.shape[1], dst, p.align_output)
     scale, plan = _plan(src.shape, scale, p, cc)
     if isinstance(src, da.Array):
-        return _build(src, scale, plan, dst, n_out)
-    if isinstance(scale, da.Array):
-        scale = scale.compute()  # a NumPy src is computed eagerly, so is its scale
-    return dequant_kernel(src, np.asarray(scale), plan, dst, n_out)
+        y = _build(src, scale, plan, dst, n_out)
+    else:
+        if isinstance(scale, da.Array):
+            scale = scale.compute()  # a NumPy src is computed eagerly, so is its scale
+        y = dequant_kernel(src, np.asarray(scale), plan, dst, n_out)
+    return y.reshape(n_out) if one_row else y
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed uint64 scales (the device's quantisation parameter)
+
+_SCALE_BITS = np.uint64(0xFFFFFFFF)   # bits 0..31: the float32 scale
+_FP19_BITS = np.uint64(0xFFFFE000)    # the scale's top 19 bits, as the device's fp19 keeps them
+_OFFSET_SHIFT = np.uint64(37)         # bits 37..45: the offset, 9-bit two's complement
+_OFFSET_BITS = np.uint64(0x1FF)
+_FLAG = np.uint64(1 << 46)            # bit 46: set by the device's TransQuantParam
+
+
+def _float_scale(scale):
+    """``scale`` as float32 (NumPy or Dask), refusing what is not a real number."""
+    array = scale if isinstance(scale, (np.ndarray, da.Array)) else np.asarray(scale)
+    if array.dtype.kind not in "fiu" and array.dtype != dtypes.bfloat16:
+        raise InvalidArgument(f"scale must hold real numbers (a float or integer dtype), got dtype {array.dtype}")
+    return array.astype(F32)
+
+
+def pack_deq_scale(scale, offset=None, *, fp19=False):
+    """Pack float scales into the uint64 ``deq_scale`` that float16 AscendDequant takes.
+
+    Bits 0..31 hold the float32 scale (the only bits ``ascend_dequant`` reads); bit 46 is
+    set and bits 37..45 hold ``offset`` as a 9-bit signed integer, as the device's
+    ``TransQuantParam`` lays them out.
+
+    Parameters
+    ----------
+    scale : float, array_like, numpy.ndarray, dask.array.Array or xarray.DataArray
+        Scale values; converted to float32 (exact for float16 and bfloat16 scales).
+    offset : float or array_like, optional
+        Offsets broadcast against ``scale``, rounded half away from zero and clipped to
+        -256..255. Default: none (bits 37..45 are zero).
+    fp19 : bool, default False
+        Keep only the scale's top 19 bits (sign, exponent and 10 mantissa bits), as the
+        device's TransQuantParam does; the default keeps the float32 exactly.
+
+    Returns
+    -------
+    numpy.ndarray, dask.array.Array or xarray.DataArray
+        uint64 values of ``scale``'s shape (a DataArray keeps its dims and coordinates);
+        lazy for Dask input.
+
+    Raises
+    ------
+    InvalidArgument
+        If ``scale`` or ``offset`` is not real-valued or their shapes do not broadcast.
+
+    See Also
+    --------
+    unpack_deq_scale : the inverse.
+
+    Examples
+    --------
+    >>> import numpy as np, ops
+    >>> packed = ops.pack_deq_scale(np.array([0.5, 2.0], np.float32))
+    >>> packed.dtype, [hex(v) for v in packed.tolist()]
+    (dtype('uint64'), ['0x40003f000000', '0x400040000000'])
+    >>> src = np.array([[4, 4]], np.int32)
+    >>> ops.ascend_dequant(src, packed, dst_dtype="float16")
+    array([[2., 8.]], dtype=float16)
+    """
+    import xarray as xr  # only for DataArray scales
+
+    if isinstance(scale, xr.DataArray):
+        return scale.copy(data=pack_deq_scale(scale.data, offset, fp19=fp19))
+    fp19 = _flag("fp19", fp19)
+    value = _float_scale(scale)
+    bits = value.view(np.uint32).astype(np.uint64) & (_FP19_BITS if fp19 else _SCALE_BITS)
+    packed = bits | _FLAG
+    if offset is not None:
+        if isinstance(offset, (bool, np.bool_)):
+            raise InvalidArgument(f"offset must be a number or an array of numbers, got bool {offset!r}")
+        rounded = _float_scale(offset).astype(np.float64)
+        # round half away from zero, as C's round() in the device's TransQuantParam
+        rounded = np.clip(np.sign(rounded) * np.floor(np.abs(rounded) + 0.5), -256, 255)
+        try:
+            packed = packed | ((rounded.astype(np.int64).astype(np.uint64) & _OFFSET_BITS) << _OFFSET_SHIFT)
+        except ValueError as error:
+            raise InvalidArgument(
+                f"offset must broadcast against scale: shapes {list(np.shape(offset))} and {list(value.shape)} do not ({error})"
+            ) from None
+    return packed
+
+
+def unpack_deq_scale(packed):
+    """Split uint64 ``deq_scale`` values into their float32 scale and integer offset.
+
+    The inverse of :func:`pack_deq_scale`: bits 0..31 are the scale, bits 37..45 the offset
+    (9-bit two's complement); other bits are ignored.
+
+    Parameters
+    ----------
+    packed : int, array_like, numpy.ndarray, dask.array.Array or xarray.DataArray
+        uint64 values (Python ints in 0..2**64-1 are accepted).
+
+    Returns
+    -------
+    scale : numpy.ndarray, dask.array.Array or xarray.DataArray
+        float32 scales, bit for bit the low 32 bits.
+    offset : numpy.ndarray, dask.array.Array or xarray.DataArray
+        int16 offsets in -256..255.
+
+    Raises
+    ------
+    InvalidArgument
+        If ``packed`` does not hold uint64 values.
+
+    Examples
+    --------
+    >>> import numpy as np, ops
+    >>> scale, offset = ops.unpack_deq_scale(ops.pack_deq_scale([0.5, -3.0], offset=[1, -2]))
+    >>> scale.tolist(), offset.tolist()
+    ([0.5, -3.0], [1, -2])
+    """
+    import xarray as xr
+
+    if isinstance(packed, xr.DataArray):
+        scale, offset = unpack_deq_scale(packed.data)
+        return packed.copy(data=scale), packed.copy(data=offset)
+    array = packed if isinstance(packed, (np.ndarray, da.Array)) else np.asarray(packed)
+    if array.dtype != np.uint64:
+        if array.dtype.kind in "iu" and not isinstance(packed, (np.ndarray, da.Array)):
+            array = array.astype(np.uint64)  # Python ints
+        else:
+            raise InvalidArgument(f"packed must hold uint64 values, got dtype {array.dtype}")
+    scale = (array & _SCALE_BITS).astype(np.uint32).view(F32)
+    field = ((array >> _OFFSET_SHIFT) & _OFFSET_BITS).astype(np.int16)
+    offset = field - ((field >> 8) << 9)  # sign-extend the 9-bit field
+    return scale, offset
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgument(f"{name} must be True or False, got {value!r}")
+    return bool(value)

@@ -62,14 +62,14 @@ def test_single_row_reads_one_row_as_many():
     src = np.arange(16, dtype=np.int32)
     scale = np.arange(1, 9, dtype=np.float32)
     single = ops.ascend_dequant(src, scale, dst_dtype="float32", calc_count=8)
-    assert single.tolist() == [(np.arange(16) * np.tile(np.arange(1, 9), 2)).tolist()]
+    assert single.tolist() == (np.arange(16) * np.tile(np.arange(1, 9), 2)).tolist()  # [n] in, [n] out
     multi = ops.ascend_dequant(src, scale, dst_dtype="float32", calc_count=8, mode="multi_row")
-    assert multi.tolist() == [(np.arange(8) * np.arange(1, 9)).tolist() + list(range(8, 16))]
+    assert multi.tolist() == (np.arange(8) * np.arange(1, 9)).tolist() + list(range(8, 16))
     # calc_count not a multiple of 32 / sizeof(dst) = 16 for bfloat16: no reinterpretation.
     bf = ops.ascend_dequant(src, scale, dst_dtype="bfloat16", calc_count=8)
-    assert bf.astype(np.float32).tolist()[0][8:] == list(range(8, 16))
+    assert bf.astype(np.float32).tolist()[8:] == list(range(8, 16))
     lazy = ops.ascend_dequant(da.from_array(src.reshape(1, 16), chunks=(1, 4)), scale, dst_dtype="float32", calc_count=8)
-    assert_same(compute(lazy), single)
+    assert_same(compute(lazy), single.reshape(1, 16))
 
 
 # --- ONNX's DequantizeLinear as an external oracle ------------------------------------------
@@ -305,3 +305,97 @@ def test_refusals(args, kwargs, match):
 def test_offset_is_not_accepted():
     with pytest.raises(TypeError, match="offset"):
         ops.ascend_dequant(S, 1.0, dst_dtype="float32", offset=np.zeros(8))
+
+
+# --- 1-D src, packed uint64 scales ------------------------------------------------------------
+
+
+def _value(y):
+    return compute(y) if isinstance(y, da.Array) else y
+
+
+@pytest.mark.parametrize("backend", ["numpy", "dask"])
+@pytest.mark.parametrize("dst_name,scale", [("float32", np.float32(0.75)), ("bfloat16", np.float32(-1.5)),
+                                            ("float32", np.linspace(-2, 2, 16, dtype=np.float32))])
+def test_one_dim_src_gives_one_dim_result(backend, dst_name, scale):
+    src = np.arange(-8, 8, dtype=np.int32)
+    expected = (src.astype(np.float32) * scale).astype(DTYPES[dst_name])
+    data = src if backend == "numpy" else da.from_array(src, chunks=4)
+    y = ops.ascend_dequant(data, scale, dst_dtype=dst_name, mode="multi_row")
+    assert y.shape == (16,) and isinstance(y, np.ndarray if backend == "numpy" else da.Array)
+    assert_same(_value(y), expected)
+    padded = _value(ops.ascend_dequant(data, scale, dst_dtype=dst_name, align_output=True))
+    assert padded.ndim == 1 and padded.shape[0] % (32 // DTYPES[dst_name].itemsize) == 0
+
+
+BITS32 = st.integers(0, 2**32 - 1)
+OFFSETS = st.integers(-256, 255)
+
+
+@given(bits=st.lists(BITS32, min_size=1, max_size=8), offset=st.lists(OFFSETS, min_size=1, max_size=1))
+def test_pack_unpack_round_trip(bits, offset):
+    scale = np.array(bits, np.uint32).view(np.float32)  # every float32, NaN payloads included
+    packed = ops.pack_deq_scale(scale, offset=offset[0])
+    assert packed.dtype == np.uint64 and packed.shape == scale.shape
+    # The layout: low 32 bits the scale, bit 46 the flag, bits 37..45 the offset (9-bit).
+    assert ((packed & np.uint64(0xFFFFFFFF)).astype(np.uint32) == np.array(bits, np.uint32)).all()
+    assert (packed >> np.uint64(46) & np.uint64(1) == 1).all()
+    assert ((packed >> np.uint64(37)) & np.uint64(0x1FF) == np.uint64(offset[0] % 512)).all()
+    back, off = ops.unpack_deq_scale(packed)
+    assert_same(back, scale)
+    assert (off == offset[0]).all() and off.dtype == np.int16
+    assert_same(ops.pack_deq_scale(back, offset=off), packed)
+
+
+@given(words=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=8))
+def test_unpack_reads_only_its_fields(words):
+    packed = np.array(words, np.uint64)
+    scale, offset = ops.unpack_deq_scale(packed)
+    canonical = (packed & np.uint64(0x3FE0FFFFFFFF)) | np.uint64(1 << 46)
+    assert_same(ops.pack_deq_scale(scale, offset=offset), canonical)
+
+
+def test_pack_rounds_and_clips_offsets_like_the_device():
+    _, offset = ops.unpack_deq_scale(ops.pack_deq_scale(np.ones(6), offset=[0.5, -0.5, 1.49, 300, -300.7, 2.5]))
+    assert offset.tolist() == [1, -1, 1, 255, -256, 3]  # half away from zero, then -256..255
+    assert ops.unpack_deq_scale(ops.pack_deq_scale(2.0))[1].tolist() == 0
+    fp19 = ops.pack_deq_scale(np.float32(1 / 3), fp19=True)
+    assert int(fp19) & 0xFFFFFFFF == int(np.float32(1 / 3).view(np.uint32)) & 0xFFFFE000
+
+
+@pytest.mark.parametrize("backend", ["numpy", "dask"])
+def test_float16_dequant_with_packed_float_scale(backend):
+    rng = np.random.default_rng(9)
+    src = rng.integers(-2**20, 2**20, size=(6, 40), dtype=np.int32)
+    scale = rng.uniform(-1e-3, 1e-3, size=40).astype(np.float32)
+    packed = ops.pack_deq_scale(scale if backend == "numpy" else da.from_array(scale, chunks=8))
+    if backend == "dask":
+        src = da.from_array(src, chunks=(2, 40))
+    y = ops.ascend_dequant(src, packed, dst_dtype="float16")
+    assert_same(_value(y), (_value(src).astype(np.float32) * scale).astype(np.float16))
+
+
+def test_float_scale_error_shows_the_fix_and_the_fix_works():
+    src = np.arange(16, dtype=np.int32).reshape(2, 8)
+    scale = np.linspace(0.5, 4, 8, dtype=np.float32)
+    with pytest.raises(InvalidArgument, match=r"deq_scale=ops\.pack_deq_scale\(scale\)$"):
+        ops.ascend_dequant(src, scale, dst_dtype="float16")
+    fixed = ops.ascend_dequant(src, ops.pack_deq_scale(scale), dst_dtype="float16")
+    assert_same(fixed, (src.astype(np.float32) * scale).astype(np.float16))
+    with pytest.raises(InvalidArgument, match=r"deq_scale=ops\.pack_deq_scale\(np\.full\(8, scale\)\)$"):
+        ops.ascend_dequant(src, 0.5, dst_dtype="float16")
+    with pytest.raises(InvalidArgument, match=r"deq_scale=scale\.astype\(np\.float32\)$"):
+        ops.ascend_dequant(src, scale.astype(np.float64), dst_dtype="float32")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: ops.pack_deq_scale(np.array(["a"])), r"scale must hold real numbers .* got dtype <U1"),
+    (lambda: ops.pack_deq_scale(np.ones(2, np.complex64)), r"got dtype complex64"),
+    (lambda: ops.pack_deq_scale(np.ones(2), offset=True), r"offset must be a number .* got bool True"),
+    (lambda: ops.pack_deq_scale(np.ones(2), offset=np.ones(3)), r"offset must broadcast against scale: shapes \[3\] and \[2\]"),
+    (lambda: ops.pack_deq_scale(np.ones(2), fp19=1), r"fp19 must be True or False, got 1"),
+    (lambda: ops.unpack_deq_scale(np.ones(2, np.float32)), r"packed must hold uint64 values, got dtype float32"),
+])
+def test_pack_refusals(call, match):
+    with pytest.raises(InvalidArgument, match=match):
+        call()
