@@ -1,13 +1,16 @@
-"""The command line: ``chunked-tensor-ops serve [flags]`` (also ``python -m service [flags]``).
+"""The command line: ``chunked-tensor-ops serve [flags]`` (also ``python -m service [flags]``)
+and ``chunked-tensor-ops run OP --input IN.zarr --output OUT.zarr`` (also ``python -m service run``).
 
-Every flag has an environment variable ``CHUNKED_TENSOR_OPS_<FLAG>``; a flag wins over it.
+Every ``serve`` flag has an environment variable ``CHUNKED_TENSOR_OPS_<FLAG>``; a flag wins over it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
+from service import batch
 from service.settings import ENV_PREFIX, Settings
 
 
@@ -46,17 +49,116 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+RUN_EPILOG = """\
+parameters:
+  --param NAME=VALUE   VALUE is JSON: block_size=2, paddings=[[1,1],[0,0]], align_output=true;
+                       a value that is not JSON is taken as a string: mode=DCR, dst_dtype=float16
+  array inputs         --input PATH is the operator's first array input (x, params, src);
+                       others by role: --input indices=idx.zarr, --input deq_scale=scale.zarr,
+                       or as a JSON value: --param deq_scale=0.5, --param indices=[[0,1],[2,3]]
+  --variable NAME      the variable of a group input (--variable ROLE=NAME for another input)
+
+exit codes:
+  0  done (or --dry-run printed the plan)
+  1  the computation failed on the cluster
+  2  usage or a bad parameter (the operator's own message), before any work is scheduled
+  3  an input not found or not readable as Zarr, or the output exists (see --overwrite)
+  4  the Dask cluster is unreachable (or was lost while computing)
+Errors are one line on stderr; --verbose adds the traceback. See docs/cli.md.
+"""
+
+
+def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    add = parser.add_argument
+    add("op", metavar="OP", help="the operator: depth_to_space, space_to_depth, space_to_batch, "
+                                 "space_to_batch_nd, batch_to_space_nd, gather_nd, ascend_dequant")
+    add("--input", action="append", default=[], metavar="[ROLE=]PATH",
+        help="a Zarr array or group (v3, or v2); repeat with ROLE= for several array inputs")
+    add("--output", required=True, metavar="PATH", help="the Zarr group to write (local path)")
+    add("--variable", action="append", default=[], metavar="[ROLE=]NAME",
+        help="which variable of a group input to read (needed when it has several)")
+    add("--output-variable", metavar="NAME",
+        help=f"the output's variable (default: the input's variable, or '{batch.RESULT_VARIABLE}')")
+    add("--param", action="append", default=[], metavar="NAME=VALUE", help="an operator parameter, VALUE as JSON")
+    add("--chunks", metavar="SPEC", help="read the first input in these chunks: 1,64,64,16 (-1: whole axis), "
+                                         "y=64,x=64 or auto (default: its stored chunks)")
+    add("--overwrite", action="store_true", help="replace an existing output")
+    add("--dry-run", action="store_true", help="print the plan (chunks, tasks, bytes) and exit")
+    add("--scheduler", metavar="tcp://HOST:PORT", help="an existing Dask scheduler (its workers must see the "
+                                                       "input and output paths); default: an embedded LocalCluster")
+    add("--scheduler-timeout", type=float, metavar="SECONDS",
+        help="how long to wait for the scheduler (default 5)")
+    add("--n-workers", type=int, metavar="N", help="embedded cluster: worker processes (default 2)")
+    add("--threads-per-worker", type=int, metavar="N", help="embedded cluster: threads each (default 1)")
+    add("--memory-limit", metavar="SIZE", help="embedded cluster: memory limit per worker, e.g. 2GiB (default 2GiB)")
+    add("--in-process", action="store_true",
+        help="embedded cluster: workers as threads of this process (quick start, small inputs)")
+    add("--quiet", action="store_true", help="no progress bar")
+    add("--verbose", action="store_true", help="tracebacks with errors")
+    return parser
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """Usage errors of ``run`` as one line on stderr, exit 2 (argparse also prints the usage)."""
+    def error(message: str):
+        parser.exit(batch.USAGE, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error
+
+
+def run(args: argparse.Namespace) -> int:
+    """``chunked-tensor-ops run``: exit codes as in RUN_EPILOG; one-line errors on stderr."""
+    given = {"scheduler": args.scheduler, "scheduler_timeout": args.scheduler_timeout,
+             "n_workers": args.n_workers, "threads_per_worker": args.threads_per_worker,
+             "memory_limit": args.memory_limit, "cluster_processes": False if args.in_process else None}
+    # xarray's consolidated metadata in Zarr v3 is not in the spec yet; the user cannot act on it
+    warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+    try:
+        settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as error:  # pydantic: e.g. --n-workers 0
+        print(f"chunked-tensor-ops run: error: {error}".replace("\n", " "), file=sys.stderr)
+        return batch.USAGE
+    try:
+        return batch.run(args, settings)
+    except batch.RunError as error:
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
+        print(f"chunked-tensor-ops run: error: {error}", file=sys.stderr)
+        return error.code
+    except KeyboardInterrupt:
+        print("chunked-tensor-ops run: interrupted; no output was written", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if args.verbose:
+            raise
+        print(f"chunked-tensor-ops run: error: {type(error).__name__}: {error}".replace("\n", " "),
+              file=sys.stderr)
+        return batch.FAILED
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``chunked-tensor-ops serve ...``."""
+    """``chunked-tensor-ops serve ...`` or ``chunked-tensor-ops run ...``."""
     parser = argparse.ArgumentParser(prog="chunked-tensor-ops", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands.add_parser("serve", help="run the REST service"))
+    runner = _run_parser(commands.add_parser(
+        "run", help="run one operator Zarr to Zarr on a Dask cluster, without the service",
+        description="Run one operator on a Zarr input and write a Zarr output, on an embedded Dask "
+                    "cluster or an existing one (--scheduler).",
+        epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))
+    _one_line_errors(runner)
     args = parser.parse_args(argv)
-    return serve(args)
+    return run(args) if args.command == "run" else serve(args)
 
 
 def serve_main(argv: list[str] | None = None) -> int:
-    """``python -m service ...``: the same flags as ``chunked-tensor-ops serve``."""
+    """``python -m service ...``: the same flags as ``chunked-tensor-ops serve``; ``python -m
+    service run ...`` is ``chunked-tensor-ops run ...``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return main(argv)
     parser = _serve_parser(argparse.ArgumentParser(prog="python -m service", description="Run the REST service."))
     return serve(parser.parse_args(argv))
 
