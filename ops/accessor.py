@@ -7,9 +7,9 @@ explicit ``dims={"N": ..., "H": ..., "W": ..., "C": ...}``. NHWC or NCHW is read
 of the dims; any other order is transposed internally and back, so callers never transpose.
 
 Every method calls the plain ``ops`` function on ``.data`` and rebuilds the result: dims and
-coordinates the operator does not touch are kept, evenly spaced H/W coordinates are refined
-(DepthToSpace) or coarsened (SpaceToDepth) to stay true, every other coordinate on a touched
-dim is dropped rather than left mislabelled, attrs are kept, and ``attrs["ops_history"]``
+coordinates the operator does not touch are kept, coordinates on the dims it touches follow the
+rules of ``ops._coords`` (refined/coarsened grids, block grids with provenance coordinates,
+channel labels, GeoTransform; what cannot stay true is dropped with a warning), attrs are kept, and ``attrs["ops_history"]``
 records the operator and its parameters so that ``.ops.invert()`` can undo it.
 """
 
@@ -21,7 +21,8 @@ from collections.abc import Mapping
 import numpy as np
 import xarray as xr
 
-from ops import _validate, registry
+from ops import _conventions, _coords, _validate, registry
+from ops._named_dequant import dequant_by_name
 from ops.errors import InvalidArgument
 
 ROLE_NAMES = {
@@ -108,46 +109,9 @@ def _no_other_dims(arr: xr.DataArray, roles: Mapping[str, str], op: str) -> None
 # Coordinates and attrs
 
 
-def _even_step(values: np.ndarray):
-    """The constant step of a numeric 1-D coordinate, or None if it has none."""
-    if values.ndim != 1 or len(values) < 2 or values.dtype.kind not in "iuf":
-        return None
-    steps = np.diff(values.astype(np.float64))
-    if not np.allclose(steps, steps[0], rtol=1e-9, atol=0) or steps[0] == 0:
-        return None
-    return float(steps[0])
-
-
-def _refined(values: np.ndarray, factor: int):
-    """Centres of each cell split into ``factor`` equal cells (None if not evenly spaced)."""
-    step = _even_step(values)
-    if step is None:
-        return None
-    fine = step / factor
-    return values[0] - step / 2 + fine / 2 + fine * np.arange(len(values) * factor)
-
-
-def _coarsened(values: np.ndarray, factor: int):
-    """Centres of cells merged ``factor`` at a time (None if not evenly spaced)."""
-    step = _even_step(values)
-    if step is None:
-        return None
-    return values[0] + step * (factor - 1) / 2 + step * factor * np.arange(len(values) // factor)
-
-
-def _kept_coords(arr: xr.DataArray, touched, rescale=None) -> dict:
-    """Coordinates that stay true: those on untouched dims, plus 1-D numeric coordinates of
-    the dims in ``rescale`` ({dim: function(values) -> new values or None}); others dropped."""
-    coords = {}
-    for name, coord in arr.coords.items():
-        dims = set(coord.dims)
-        if not dims & set(touched):
-            coords[name] = coord.variable
-        elif rescale and len(coord.dims) == 1 and coord.dims[0] in rescale:
-            values = rescale[coord.dims[0]](np.asarray(coord.values))
-            if values is not None:
-                coords[name] = xr.Variable(coord.dims, values, coord.attrs)
-    return coords
+# Coordinate rules (refine/coarsen, block grids, provenance coords, channel labels, GeoTransform)
+# live in ops._coords; the accessor only calls them.
+_kept_coords = _coords.kept_coords
 
 
 def _history(arr, operator: str, **parameters) -> dict:
@@ -170,10 +134,30 @@ def _plain_ints(mapping: Mapping) -> dict:
 
 @xr.register_dataarray_accessor("ops")
 class OpsAccessor:
-    """``DataArray.ops``: the operators of ``ops`` on named dims. Holds no state."""
+    """``DataArray.ops``: the operators of ``ops`` on named dims. Holds no state.
+
+    Dims are found by name (``time``/``y``/``x``/``band``, ...) or given with ``dims=``;
+    ``repr(arr.ops)`` shows what was found. Every method is lazy on Dask-backed data, takes
+    ``keep_attrs`` (default: ``xr.set_options(keep_attrs=...)``, else True) and records
+    itself in ``attrs["ops_history"]`` for ``invert``.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr, ops
+    >>> arr = xr.DataArray(np.zeros((2, 4, 6, 8)), dims=("time", "y", "x", "band"))
+    >>> print(repr(arr.ops).splitlines()[1])
+    Layout: NHWC
+    """
 
     def __init__(self, obj: xr.DataArray):
         self._obj = obj
+
+    def __repr__(self) -> str:
+        try:
+            roles, problem = find_dims(self._obj.dims, "repr", "", "NHWCV"), None
+        except DimensionError as error:
+            roles, problem = None, str(error)
+        return _conventions.describe(self._obj, "DataArray", roles, problem, ROLE_LABELS)
 
     # --- DepthToSpace / SpaceToDepth ---------------------------------------------------------
 
@@ -190,23 +174,116 @@ class OpsAccessor:
         work = work.transpose(*(roles[r] for r in layout))
         data = registry.get(op).function(work.data, block_size, data_format=data_format, mode=mode)
         factor = int(block_size)
-        scale = (lambda v: _refined(v, factor)) if op == "depth_to_space" else (lambda v: _coarsened(v, factor))
-        coords = _kept_coords(arr, {roles["H"], roles["W"], roles["C"], roles.get("V")},
-                              {roles["H"]: scale, roles["W"]: scale})
+        plan = _coords.depth_plan(arr, roles, op, factor, mode)
         attrs = _history(arr, op, block_size=factor, mode=mode,
                          dims={r: d for r, d in roles.items() if d != _TEMPORARY_BATCH})
-        out = xr.DataArray(data, dims=work.dims, coords=coords, attrs=attrs, name=arr.name)
+        out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
+        out.encoding.update(plan.encoding)
         if _TEMPORARY_BATCH in out.dims:
             out = out.isel({_TEMPORARY_BATCH: 0}, drop=True)
         return out.transpose(*order)
 
-    def depth_to_space(self, block_size, *, mode="DCR", dims=None) -> xr.DataArray:
-        """DepthToSpace on the H, W and C dims (by name); N optional. See ``ops.depth_to_space``."""
-        return self._depth("depth_to_space", block_size, mode, dims)
+    def _checked_depth(self, op: str, block_size, mode, dims, keep_attrs) -> xr.DataArray:
+        """``_depth`` after checking block_size and the dim sizes in dim names."""
+        size = _conventions.block_size(op, block_size)
+        roles = find_dims(self._obj.dims, op, "HWC", "NV", dims)
+        _no_other_dims(self._obj, roles, op)
+        _conventions.check_depth(op, self._obj, roles, size)
+        return _conventions.apply_keep_attrs(self._depth(op, size, mode, dims), keep_attrs)
 
-    def space_to_depth(self, block_size, *, mode="DCR", dims=None) -> xr.DataArray:
-        """SpaceToDepth on the H, W and C dims (by name); N optional. See ``ops.space_to_depth``."""
-        return self._depth("space_to_depth", block_size, mode, dims)
+    def depth_to_space(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.DataArray:
+        """DepthToSpace on the height, width and channel dims, found by name.
+
+        Moves ``block_size**2`` channel groups into ``block_size x block_size`` spatial blocks:
+        H and W grow by ``block_size``, C shrinks by ``block_size**2``. The batch dim is
+        optional (a single image); NHWC or NCHW is read from the order of the dims.
+
+        Parameters
+        ----------
+        block_size : int
+            Block edge, >= 2; the channel dim's size must be divisible by ``block_size**2``.
+        mode : {"DCR", "CRD"}, default "DCR"
+            Channel order: DCR (TensorFlow, ONNX default) or CRD (PyTorch ``pixel_shuffle``).
+        dims : dict of str to str, optional
+            Roles to dim names, e.g. ``{"H": "row", "W": "col", "C": "feature"}``, for dims
+            whose names are not recognised (see ``repr(arr.ops)``).
+        keep_attrs : bool, optional
+            Keep ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.DataArray
+            Same dims in the same order, lazy if the input is Dask-backed.
+
+        Raises
+        ------
+        DimensionError
+            If the height, width or channel dim is missing or ambiguous.
+        InvalidArgument
+            If ``block_size`` or ``mode`` is invalid, or the channel dim does not divide.
+
+        See Also
+        --------
+        ops.depth_to_space, space_to_depth, invert
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> x = xr.DataArray(np.arange(8).reshape(1, 2, 4), dims=("y", "x", "band"))
+        >>> y = x.ops.depth_to_space(2)
+        >>> dict(y.sizes)
+        {'y': 2, 'x': 4, 'band': 1}
+        >>> y.values[..., 0]
+        array([[0, 1, 4, 5],
+               [2, 3, 6, 7]])
+        """
+        return self._checked_depth("depth_to_space", block_size, mode, dims, keep_attrs)
+
+    def space_to_depth(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.DataArray:
+        """SpaceToDepth on the height, width and channel dims, found by name.
+
+        The exact inverse of ``depth_to_space`` with the same parameters: each
+        ``block_size x block_size`` spatial block becomes ``block_size**2`` channels.
+
+        Parameters
+        ----------
+        block_size : int
+            Block edge, >= 2; the height and width dims must be divisible by it.
+        mode : {"DCR", "CRD"}, default "DCR"
+            Channel order of the blocks (see ``depth_to_space``).
+        dims : dict of str to str, optional
+            Roles to dim names, e.g. ``{"H": "row", "W": "col", "C": "feature"}``.
+        keep_attrs : bool, optional
+            Keep ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.DataArray
+            Same dims in the same order, lazy if the input is Dask-backed.
+
+        Raises
+        ------
+        DimensionError
+            If the height, width or channel dim is missing or ambiguous.
+        InvalidArgument
+            If ``block_size`` or ``mode`` is invalid, or height or width does not divide.
+
+        See Also
+        --------
+        ops.space_to_depth, depth_to_space, invert
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> x = xr.DataArray(np.arange(8).reshape(2, 4, 1), dims=("y", "x", "band"))
+        >>> y = x.ops.space_to_depth(2)
+        >>> dict(y.sizes)
+        {'y': 1, 'x': 2, 'band': 4}
+        >>> y.values[0]
+        array([[0, 1, 4, 5],
+               [2, 3, 6, 7]])
+        """
+        return self._checked_depth("space_to_depth", block_size, mode, dims, keep_attrs)
 
     # --- SpaceToBatch(ND) / BatchToSpaceND -----------------------------------------------------
 
@@ -232,34 +309,198 @@ class OpsAccessor:
         blocks = [block_shape[d] for d in spatial]
         rows = [pairs.get(d, (0, 0)) for d in spatial]  # ops checks their shape and values
         data = registry.get(op).function(work.data, blocks, rows)
-        coords = _kept_coords(arr, {roles["N"], *spatial})
+        plan = _coords.batch_plan(arr, roles["N"], spatial, blocks, rows, op)
         key = "paddings" if op == "space_to_batch_nd" else "crops"
         attrs = _history(arr, op, block_shape=_plain_ints(block_shape), **{key: _plain_ints(pairs)},
                          dims={"N": roles["N"]})
-        out = xr.DataArray(data, dims=work.dims, coords=coords, attrs=attrs, name=arr.name)
+        out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
+        out.encoding.update(plan.encoding)
         return out.transpose(*arr.dims)
 
-    def space_to_batch_nd(self, block_shape: Mapping, paddings: Mapping | None = None, *, dims=None) -> xr.DataArray:
-        """SpaceToBatchND with spatial dims by name: ``block_shape={"y": 2, "x": 2}``,
-        ``paddings={"y": (1, 1)}`` (missing dims: no padding). The batch dim is N."""
-        return self._batch("space_to_batch_nd", block_shape, paddings, dims)
+    def _checked_batch(self, op: str, block_shape, pairs, dims, keep_attrs, method: str | None = None):
+        """``_batch`` after checking block sizes, paddings/crops and divisibility in dim names."""
+        method = method or op
+        key = "paddings" if op == "space_to_batch_nd" else "crops"
+        if not block_shape:
+            raise InvalidArgument(
+                f"{method} needs a block size per spatial dim, by name: .ops.{method}(y=2, x=2) or "
+                f"block_shape={{'y': 2, 'x': 2}}"
+            )
+        blocks = _conventions.block_sizes(method, block_shape)
+        if pairs is not None and not isinstance(pairs, Mapping):
+            raise InvalidArgument(
+                f"{method}: {key} must map spatial dim names to (before, after), e.g. {key}={{'y': (1, 1)}}, "
+                f"got {pairs!r}"
+            )
+        rows = _conventions.pairs(method, key, pairs or {})
+        batch = find_dims(self._obj.dims, op, "N", "", dims)["N"]
+        known = {d: b for d, b in blocks.items() if d in self._obj.dims and d != batch}  # _batch names the rest
+        if op == "space_to_batch_nd":
+            _conventions.check_space_to_batch(self._obj, known, rows)
+        else:
+            _conventions.check_batch_to_space(self._obj, batch, known, rows)
+        try:
+            out = self._batch(op, blocks, rows, dims)
+        except DimensionError:
+            raise
+        except InvalidArgument as error:  # a rule checked only below: say it in dim names too
+            raise type(error)(_conventions.in_dim_terms(str(error), (batch, *blocks))) from None
+        return _conventions.apply_keep_attrs(out, keep_attrs)
 
-    def batch_to_space_nd(self, block_shape: Mapping, crops: Mapping | None = None, *, dims=None) -> xr.DataArray:
-        """BatchToSpaceND with spatial dims by name (``crops={"y": (1, 1)}``); batch dim N."""
-        return self._batch("batch_to_space_nd", block_shape, crops, dims)
+    def space_to_batch_nd(self, block_shape=None, paddings=None, *, dims=None, keep_attrs=None,
+                          **block_shape_kwargs) -> xr.DataArray:
+        """SpaceToBatchND with the spatial dims by name: blocks of each move to the batch dim.
 
-    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None) -> xr.DataArray:
-        """SpaceToBatch (the 4-D form) on the H and W dims: ``paddings`` [[top, bottom], [left, right]]
-        (4 numbers in any of the SPEC's shapes)."""
+        Each named spatial dim is zero-padded, then cut into blocks of its block size; the
+        block offsets become the batch dim (``N * prod(block sizes)`` entries) and the dims
+        shrink to the number of blocks. Dims not named keep their size.
+
+        Parameters
+        ----------
+        block_shape : dict of str to int, optional
+            Block size (>= 1) per spatial dim, e.g. ``{"y": 2, "x": 2}``; or give them as
+            keywords, ``.ops.space_to_batch_nd(y=2, x=2)`` (not both).
+        paddings : dict of str to (int, int), optional
+            Zeros added (before, after) per spatial dim, e.g. ``{"y": (1, 1)}``; dims not
+            listed are not padded. Each padded size must divide by the block size.
+        dims : dict of str to str, optional
+            The batch dim if its name is not recognised, e.g. ``{"N": "sample"}``.
+        keep_attrs : bool, optional
+            Keep ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
+        **block_shape_kwargs : int
+            The keyword form of ``block_shape``.
+
+        Returns
+        -------
+        xarray.DataArray
+            Same dims in the same order, lazy if the input is Dask-backed.
+
+        Raises
+        ------
+        DimensionError
+            If there is no batch dim, or a named dim is not a dim of the array or is the batch dim.
+        InvalidArgument
+            If a block size or padding is not a valid integer, a padded size does not divide,
+            or both the mapping and the keyword form are given.
+
+        See Also
+        --------
+        ops.space_to_batch_nd, batch_to_space_nd, invert
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> x = xr.DataArray(np.arange(12).reshape(1, 3, 4), dims=("time", "y", "x"))
+        >>> dict(x.ops.space_to_batch_nd(y=2, x=2, paddings={"y": (1, 0)}).sizes)
+        {'time': 4, 'y': 2, 'x': 2}
+        """
+        blocks = _conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd")
+        return self._checked_batch("space_to_batch_nd", blocks, paddings, dims, keep_attrs)
+
+    def batch_to_space_nd(self, block_shape=None, crops=None, *, dims=None, keep_attrs=None,
+                          **block_shape_kwargs) -> xr.DataArray:
+        """BatchToSpaceND with the spatial dims by name: the inverse of ``space_to_batch_nd``.
+
+        The batch dim's ``prod(block sizes)`` groups go back into blocks of the named spatial
+        dims, which grow by their block sizes; then ``crops`` are cut off.
+
+        Parameters
+        ----------
+        block_shape : dict of str to int, optional
+            Block size (>= 1) per spatial dim, e.g. ``{"y": 2, "x": 2}``; or give them as
+            keywords, ``.ops.batch_to_space_nd(y=2, x=2)`` (not both).
+        crops : dict of str to (int, int), optional
+            Entries removed (before, after) per spatial dim, e.g. ``{"y": (1, 0)}``; dims not
+            listed are not cropped.
+        dims : dict of str to str, optional
+            The batch dim if its name is not recognised, e.g. ``{"N": "sample"}``.
+        keep_attrs : bool, optional
+            Keep ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
+        **block_shape_kwargs : int
+            The keyword form of ``block_shape``.
+
+        Returns
+        -------
+        xarray.DataArray
+            Same dims in the same order, lazy if the input is Dask-backed.
+
+        Raises
+        ------
+        DimensionError
+            If there is no batch dim, or a named dim is not a dim of the array or is the batch dim.
+        InvalidArgument
+            If a block size or crop is not a valid integer, the batch dim does not divide by
+            the product of the block sizes, crops remove more than a dim holds, or both the
+            mapping and the keyword form are given.
+
+        See Also
+        --------
+        ops.batch_to_space_nd, space_to_batch_nd, invert
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> x = xr.DataArray(np.arange(16).reshape(4, 2, 2), dims=("time", "y", "x"))
+        >>> dict(x.ops.batch_to_space_nd(y=2, x=2, crops={"y": (1, 0)}).sizes)
+        {'time': 1, 'y': 3, 'x': 4}
+        """
+        blocks = _conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "batch_to_space_nd")
+        return self._checked_batch("batch_to_space_nd", blocks, crops, dims, keep_attrs)
+
+    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None, keep_attrs=None) -> xr.DataArray:
+        """SpaceToBatch (the seed's 4-D form): square blocks of the height and width dims.
+
+        ``space_to_batch_nd`` with the same block size for height and width, found by name.
+
+        Parameters
+        ----------
+        block_size : int
+            Block edge (>= 1) for both the height and the width dim.
+        paddings : array_like of int, default ((0, 0), (0, 0))
+            Four numbers ``[[top, bottom], [left, right]]`` (or flat, or ``[1, 4]``): zeros
+            added to the height and width dims.
+        dims : dict of str to str, optional
+            Roles to dim names (N, H, W) for names that are not recognised.
+        keep_attrs : bool, optional
+            Keep ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.DataArray
+            Same dims in the same order, lazy if the input is Dask-backed.
+
+        Raises
+        ------
+        DimensionError
+            If the batch, height or width dim is missing or ambiguous.
+        InvalidArgument
+            If ``block_size`` or ``paddings`` is invalid or a padded size does not divide.
+
+        See Also
+        --------
+        ops.space_to_batch, space_to_batch_nd
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> x = xr.DataArray(np.zeros((1, 4, 4, 3)), dims=("n", "y", "x", "c"))
+        >>> dict(x.ops.space_to_batch(2).sizes)
+        {'n': 4, 'y': 2, 'x': 2, 'c': 3}
+        """
         roles = find_dims(self._obj.dims, "space_to_batch", "NHW", "", dims)
-        flat = np.asarray(paddings).reshape(-1) if np.size(paddings) == 4 else None
+        flat = np.asarray(paddings, dtype=object).reshape(-1) if np.size(paddings) == 4 else None
         if flat is None:
-            raise InvalidArgument(f"paddings must have 4 elements, got {paddings!r}")
-        return self._batch(
+            raise InvalidArgument(
+                f"space_to_batch: paddings must have 4 elements [[top, bottom], [left, right]], got {paddings!r}"
+            )
+        size = _conventions.block_size("space_to_batch", block_size, minimum=1)
+        return self._checked_batch(
             "space_to_batch_nd",
-            {roles["H"]: block_size, roles["W"]: block_size},
+            {roles["H"]: size, roles["W"]: size},
             {roles["H"]: tuple(flat[:2]), roles["W"]: tuple(flat[2:])},
             {"N": roles["N"]},
+            keep_attrs,
+            method="space_to_batch",
         )
 
     # --- GatherNd ---------------------------------------------------------------------------

@@ -163,7 +163,7 @@ def test_batch_family_errors():
     no_batch = xr.DataArray(np.zeros((4, 4)), dims=("y", "x"))
     with pytest.raises(DimensionError, match=r"needs batch \(N\)"):
         no_batch.ops.space_to_batch_nd({"y": 2})
-    with pytest.raises(InvalidArgument, match=r"padded size of spatial dim 0"):
+    with pytest.raises(InvalidArgument, match=r"dim 'y' padded to 4 \+ 0 \+ 0 = 4 is not divisible by its block size 3"):
         arr.ops.space_to_batch_nd({"y": 3})
 
 
@@ -265,16 +265,19 @@ def test_coordinates_refined_and_coarsened():
     fine = arr.ops.depth_to_space(2)
     assert fine["y"].values.tolist() == [1002.5, 1007.5, 1012.5, 1017.5, 1022.5, 1027.5, 1032.5, 1037.5]
     assert fine["y"].attrs == {"units": "m"}
-    assert "band" not in fine.coords  # channel labels no longer mean anything
+    # DCR groups channels k, k + 2, k + 4, k + 6: their labels, joined (tests/ops/test_coords.py).
+    assert fine["band"].values.tolist() == ["b0|b2|b4|b6", "b1|b3|b5|b7"]
     assert fine["time"].equals(arr["time"]) and fine["sensor"].equals(arr["sensor"])
     coarse = arr.ops.space_to_depth(2)
     assert coarse["x"].values.tolist() == [1010.0, 1030.0, 1050.0]
-    # Uneven or non-numeric spatial coordinates are dropped, never mislabelled.
+    # Uneven or non-numeric spatial coordinates are dropped with a warning, never mislabelled.
     uneven = arr.assign_coords(y=[0.0, 1.0, 3.0, 7.0], x=[f"c{k}" for k in range(6)])
-    out = uneven.ops.depth_to_space(2)
+    with pytest.warns(ops.accessor._coords.CoordinateDropped):
+        out = uneven.ops.depth_to_space(2)
     assert "y" not in out.coords and "x" not in out.coords
     two_d = arr.assign_coords(lat=(("y", "x"), np.zeros((4, 6))))
-    assert "lat" not in two_d.ops.depth_to_space(2).coords
+    with pytest.warns(ops.accessor._coords.CoordinateDropped, match="'lat' dropped"):
+        assert "lat" not in two_d.ops.depth_to_space(2).coords
 
 
 def test_attrs_history_and_inversion():
@@ -283,13 +286,15 @@ def test_attrs_history_and_inversion():
     assert out.attrs["units"] == "K" and out.attrs["source"] == "synthetic" and out.name == "t2m"
     assert json.loads(out.attrs["ops_history"]) == [
         {"operator": "depth_to_space",
-         "parameters": {"block_size": 2, "mode": "CRD", "dims": {"H": "y", "W": "x", "C": "band", "N": "time"}}}
+         "parameters": {"block_size": 2, "mode": "CRD", "dims": {"H": "y", "W": "x", "C": "band", "N": "time"}},
+         "coords": {"band": {"dims": ["band"], "dtype": "<U2", "values": [f"b{k}" for k in range(8)], "attrs": {}}},
+         "drop_coords": ["phase_x", "phase_y", "source_band"]}
     ]
     back = out.ops.invert()
     assert_same(back.values, arr.values)
     assert back.attrs == arr.attrs and back.dims == arr.dims
-    # Channel labels did not survive the first step (they no longer named anything); the rest did.
-    xr.testing.assert_allclose(back, arr.drop_vars("band"))
+    # Every coordinate comes back, channel labels included (recorded in ops_history).
+    xr.testing.assert_identical(back, arr)
     two_steps = arr.ops.space_to_batch_nd({"y": 2}, {"y": (1, 1)}).ops.depth_to_space(2, dims={"N": "time"})
     assert len(json.loads(two_steps.attrs["ops_history"])) == 2
     undone = two_steps.ops.invert().ops.invert()

@@ -1,0 +1,535 @@
+"""Coordinates of the accessor's results: what each operator does to the labels of the dims it touches.
+
+The rules (docs/accessor.md, "Coordinates"):
+
+* Cells are centre-registered, as rioxarray writes them. DepthToSpace(f) splits a cell of
+  step ``s`` centred at ``c`` into ``f`` cells of step ``s/f`` centred at
+  ``c + s * ((k + 0.5) / f - 0.5)``, k = 0..f-1 (a 10 m pixel at ``c`` becomes 5 m pixels at
+  ``c - 2.5`` and ``c + 2.5``). SpaceToDepth(f) merges ``f`` cells into one at the mean of their
+  centres: the exact inverse.
+* A coordinate is evenly spaced when every value lies within the dtype's rounding of a straight
+  line (16 eps x the largest magnitude, or 1e-5 of the step if larger). Integer and datetime
+  coordinates are exact: their steps must be equal, and their new values keep the dtype when
+  they are whole numbers (whole units of the datetime); integer ones become float64 otherwise,
+  datetime ones are dropped. Descending axes are just a negative step.
+* SpaceToBatch(ND) labels the block grid: the coordinate of each block is that of its first cell
+  (extrapolated with the step when the first cell is padding). The batch dim keeps its
+  coordinates (repeated per block offset) and gains ``source_<batch>`` (which input entry) and
+  ``block_offset_<dim>`` (which cell of the block) as integer non-dim coordinates.
+* SpaceToDepth keeps channel labels repeated per phase and adds ``source_<channel>``,
+  ``phase_<H>`` and ``phase_<W>``. Merging (DepthToSpace, BatchToSpaceND) keeps a label that is
+  the same across each group, joins the group's labels as ``"a|b|c|d"`` for the dim's own
+  index, and consumes the provenance coordinates above.
+* Whatever cannot be kept true is dropped with a CoordinateDropped warning that says why; the
+  original values are recorded (plain JSON in ``attrs["ops_history"]``) whenever the inverse
+  could not recompute them bit for bit, so ``.ops.invert()`` restores coordinates exactly, also
+  after a Zarr round trip.
+* A CF grid mapping coordinate (rioxarray's ``spatial_ref``) with a ``GeoTransform`` gets the
+  transform of the new grid; coordinate attrs (units, axis, standard_name, ...) are kept.
+
+This module works on the attrs and coordinates only: it never imports rioxarray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import xarray as xr
+
+HISTORY = "ops_history"
+MAX_RECORDED_VALUES = 10_000  # beyond this, a coordinate is not copied into attrs for invert()
+_JOIN = "|"
+_INVERSE = {
+    "depth_to_space": "space_to_depth",
+    "space_to_depth": "depth_to_space",
+    "space_to_batch_nd": "batch_to_space_nd",
+    "batch_to_space_nd": "space_to_batch_nd",
+}
+
+
+class CoordinateDropped(UserWarning):
+    """A coordinate could not be kept true through an operator and was left out of the result."""
+
+
+def _warn(message: str) -> None:
+    """Warn at the first frame outside ops and xarray (the user's line)."""
+    here = os.path.dirname(__file__)
+    inside = (here, os.path.dirname(xr.__file__))
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, CoordinateDropped, stacklevel=level)
+
+
+# ---------------------------------------------------------------------------------------------
+# Even spacing
+
+
+def _exact_kind(values: np.ndarray) -> bool:
+    return values.dtype.kind in "iumM"
+
+
+def _as_int64(values: np.ndarray) -> np.ndarray:
+    return values.view("int64") if values.dtype.kind in "mM" else values.astype(np.int64)
+
+
+def even_step(values: np.ndarray):
+    """``(step, None)`` for an evenly spaced 1-D numeric coordinate, else ``(None, reason)``.
+
+    Integer and datetime steps are exact ints (datetimes in their own unit); float steps are the
+    endpoints' slope, accepted when no value strays from the line by more than the tolerance.
+    """
+    values = np.asarray(values)
+    if values.dtype.kind not in "iufmM":
+        return None, f"its dtype {values.dtype} is not numeric"
+    if values.ndim != 1 or len(values) < 2:
+        return None, "it has fewer than 2 values, so no step"
+    if _exact_kind(values):
+        if values.dtype.kind in "mM" and np.isnat(values).any():
+            return None, "it holds NaT"
+        steps = np.diff(_as_int64(values))
+        if steps[0] == 0 or not (steps == steps[0]).all():
+            bad = int(np.argmax(steps != steps[0])) if steps[0] != 0 else 0
+            return None, f"its steps differ (step {steps[0]} at index 0, {steps[bad]} at index {bad})"
+        return int(steps[0]), None
+    numbers = values.astype(np.float64)
+    if not np.isfinite(numbers).all():
+        return None, "it holds NaN or infinite values"
+    step = (numbers[-1] - numbers[0]) / (len(numbers) - 1)
+    tolerance = max(16 * np.finfo(values.dtype).eps * np.abs(numbers).max(), 1e-5 * abs(step))
+    off = np.abs(numbers - (numbers[0] + step * np.arange(len(numbers))))
+    if step == 0 or off.max() > tolerance:
+        worst = int(np.argmax(off))
+        return None, (f"it is not evenly spaced: value {numbers[worst]!r} at index {worst} is "
+                      f"{off[worst]:.3g} off the line from {numbers[0]!r} to {numbers[-1]!r} "
+                      f"(tolerance {tolerance:.3g})")
+    return float(step), None
+
+
+def _shifted(anchors: np.ndarray, step, numerator: np.ndarray, denominator: int, dtype):
+    """``anchors + step * numerator / denominator`` in the coordinate's own terms, or
+    ``(None, reason)``: exact for integer and datetime coordinates (dtype kept when whole),
+    float64 arithmetic rounded to the coordinate's float dtype otherwise."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iumM":
+        scaled = int(step) * np.asarray(numerator, dtype=np.int64)
+        if (scaled % denominator == 0).all():
+            out = _as_int64(np.asarray(anchors)) + scaled // denominator
+            return (out.view(dtype) if dtype.kind in "mM" else out.astype(dtype)), None
+        if dtype.kind in "mM":
+            return None, f"the new values are not whole units of {dtype}"
+        return np.asarray(anchors, np.float64) + step * np.asarray(numerator) / denominator, None
+    out = np.asarray(anchors, np.float64) + step * np.asarray(numerator, np.float64) / denominator
+    return out.astype(dtype), None
+
+
+def refined(values: np.ndarray, factor: int):
+    """Centres of each cell split into ``factor`` cells: ``(values, None)`` or ``(None, reason)``."""
+    values = np.asarray(values)
+    step, reason = even_step(values)
+    if step is None:
+        return None, reason
+    k = np.tile(np.arange(factor), len(values))
+    # c + s * ((k + 0.5) / f - 0.5) = c + s * (2k + 1 - f) / (2f): integers stay exact.
+    return _shifted(np.repeat(values, factor), step, 2 * k + 1 - factor, 2 * factor, values.dtype)
+
+
+def coarsened(values: np.ndarray, factor: int):
+    """Centres of cells merged ``factor`` at a time (the mean of their centres)."""
+    values = np.asarray(values)
+    step, reason = even_step(values)
+    if step is None:
+        return None, reason
+    if len(values) % factor:
+        return None, f"its length {len(values)} is not a multiple of {factor}"
+    first = values[::factor]
+    # mean of c0, c0 + s, ..., c0 + (f-1)s = c0 + s (f - 1) / 2, computed from the block's first
+    # centre; float coordinates use the real mean (uneven within tolerance stays centred).
+    if values.dtype.kind in "iumM":
+        return _shifted(first, step, np.full(len(first), factor - 1), 2, values.dtype)
+    return values.astype(np.float64).reshape(-1, factor).mean(axis=1).astype(values.dtype), None
+
+
+def _at_positions(values: np.ndarray, positions: np.ndarray):
+    """Labels of cells at integer ``positions`` (may lie outside: extrapolated with the step)."""
+    values = np.asarray(values)
+    inside = (positions >= 0) & (positions < len(values))
+    if inside.all():
+        return values[positions], None
+    step, reason = even_step(values)
+    if step is None:
+        return None, f"some blocks start in the padding and {reason}"
+    anchors = values[np.clip(positions, 0, len(values) - 1)]
+    distance = positions - np.clip(positions, 0, len(values) - 1)
+    return _shifted(anchors, step, distance, 1, values.dtype)
+
+
+def _fill_offsets(values: np.ndarray, block: int, positions: np.ndarray):
+    """Labels of padded-grid positions ``positions`` from the block grid's labels ``values``."""
+    values = np.asarray(values)
+    blocks, offsets = positions // block, positions % block
+    if (offsets == 0).all():
+        return values[blocks], None
+    step, reason = even_step(values)
+    if step is None:
+        return None, reason
+    return _shifted(values[blocks], step, offsets, block, values.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouping along the batch or channel dim
+
+
+def _merged(name: str, dim: str, values: np.ndarray, groups: np.ndarray):
+    """Labels of merged entries: ``groups`` is (entries, members), member 0 the offset-(0, 0) one.
+    A label shared by the whole group is kept; the dim's own labels are joined ``"a|b"``."""
+    picked = values[groups]
+    if (picked == picked[:, :1]).all():
+        return values[groups[:, 0]], None
+    if name == dim:
+        return np.array([_JOIN.join(str(v) for v in row) for row in picked]), None
+    return None, f"its values differ within the groups of entries merged along {dim!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans
+
+
+@dataclass
+class Plan:
+    """The coordinates of an operator's result, and what to record so the inverse restores them."""
+
+    coords: dict
+    record: dict = field(default_factory=dict)
+    drop: list = field(default_factory=list)
+    attrs_update: dict = field(default_factory=dict)
+    encoding: dict = field(default_factory=dict)
+
+    def attrs(self, attrs: dict) -> dict:
+        """The result's attrs (``_history`` output): transform updates and the restore record."""
+        attrs = {**attrs, **self.attrs_update}
+        if self.record or self.drop:
+            steps = json.loads(attrs[HISTORY])
+            if self.record:
+                steps[-1]["coords"] = self.record
+            if self.drop:
+                steps[-1]["drop_coords"] = self.drop
+            attrs[HISTORY] = json.dumps(steps)
+        return attrs
+
+
+def kept_coords(arr: xr.DataArray, touched) -> dict:
+    """Coordinates on dims the operator does not touch (the rest is the plans' business)."""
+    return {name: c.variable for name, c in arr.coords.items() if not set(c.dims) & set(touched)}
+
+
+def _centre_maps_depth(op: str, factor: int, roles) -> dict:
+    """{dim: (a, s)}: result centre index i sits at input centre index a + s * i."""
+    if op == "depth_to_space":
+        m = (0.5 / factor - 0.5, 1.0 / factor)
+    else:
+        m = ((factor - 1) / 2, float(factor))
+    return {roles["H"]: m, roles["W"]: m}
+
+
+def _channel_index(op: str, mode: str, channels_out: int, factor: int):
+    """For the split (space_to_depth) direction: per result channel, (source channel, row
+    phase, column phase); for the merge direction: groups (result channels x f^2 members)."""
+    f2 = factor * factor
+    if op == "space_to_depth":  # channels_out = C * f^2
+        k = np.arange(channels_out)
+        if mode == "DCR":
+            c, phase = k % (channels_out // f2), k // (channels_out // f2)
+        else:
+            c, phase = k // f2, k % f2
+        return c, phase // factor, phase % factor
+    c = np.arange(channels_out)[:, None]
+    phase = np.arange(f2)[None, :]
+    return (phase * channels_out + c) if mode == "DCR" else (c * f2 + phase)
+
+
+def _shape(arr: xr.DataArray, sizes: Mapping) -> xr.DataArray:
+    """A stand-in of the result (no memory: a broadcast zero) for computing the inverse's coords."""
+    shape = tuple(sizes[d] for d in arr.dims)
+    return xr.DataArray(np.broadcast_to(np.int8(0), shape), dims=arr.dims)
+
+
+def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int, mode: str,
+               record: bool = True) -> Plan:
+    """Coordinates of DepthToSpace / SpaceToDepth of ``arr`` (roles H, W, C, optional N, V)."""
+    H, W, C, V = roles["H"], roles["W"], roles["C"], roles.get("V")
+    touched = {H, W, C, V} - {None}
+    f2 = factor * factor
+    split = op == "space_to_depth"
+    sizes = dict(arr.sizes)
+    result_sizes = {**sizes, H: sizes[H] // factor if split else sizes[H] * factor,
+                    W: sizes[W] // factor if split else sizes[W] * factor,
+                    C: sizes[C] * f2 if split else sizes[C] // f2}
+    coords = kept_coords(arr, touched)
+    resample = coarsened if split else refined
+    provenance = {f"source_{C}", f"phase_{H}", f"phase_{W}"}
+    for name, coord in arr.coords.items():
+        var = coord.variable
+        if not set(var.dims) & touched:
+            continue
+        if var.dims in ((H,), (W,)):
+            values, reason = resample(np.asarray(var.values), factor)
+        elif var.dims == (C,) and V is not None:
+            values, reason = None, "channel labels are not regrouped in the NCHW_VECT_C layout"
+        elif var.dims == (C,) and split:
+            source, _, _ = _channel_index(op, mode, result_sizes[C], factor)
+            values, reason = np.asarray(var.values)[source], None
+        elif var.dims == (C,):
+            if name in provenance:
+                continue  # consumed: this merge undoes the split that made it
+            groups = _channel_index(op, mode, result_sizes[C], factor)
+            values, reason = _merged(name, C, np.asarray(var.values), groups)
+        else:
+            values, reason = None, f"it spans dims {var.dims}, which {op} rearranges together"
+        if values is None:
+            if record:
+                _warn(f"{op}: coordinate {name!r} dropped: {reason}")
+            continue
+        coords[name] = xr.Variable(var.dims, values, var.attrs)
+    if split and V is None:
+        source, row, col = _channel_index(op, mode, result_sizes[C], factor)
+        for name, values, what in ((f"source_{C}", source, f"position along {C!r} of the source channel"),
+                                   (f"phase_{H}", row, f"row ({H}) of the pixel inside its {factor}x{factor} block"),
+                                   (f"phase_{W}", col, f"column ({W}) of the pixel inside its {factor}x{factor} block")):
+            coords[name] = xr.Variable((C,), values.astype(np.int64), {"long_name": what})
+    plan = Plan(coords)
+    _georeference(plan, arr, _centre_maps_depth(op, factor, roles))
+    if record:
+        apply_record(plan, arr, op, {"block_size": factor, "mode": mode}, result_sizes)
+        result = _shape(arr, result_sizes).assign_coords(plan.coords)
+        inverse = depth_plan(result, roles, _INVERSE[op], factor, mode, record=False)
+        record_for_inverse(plan, arr, inverse, touched)
+    return plan
+
+
+def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, record: bool = True) -> Plan:
+    """Coordinates of SpaceToBatchND (``pairs`` = paddings) or BatchToSpaceND (crops)."""
+    spatial, blocks = list(spatial), [int(b) for b in blocks]
+    pairs = [tuple(int(v) for v in p) for p in pairs]
+    sizes = dict(arr.sizes)
+    touched = {batch, *spatial}
+    coords = kept_coords(arr, touched)
+    count = int(np.prod(blocks))
+    n_in = sizes[batch]
+    split = op == "space_to_batch_nd"
+    result_sizes = {**sizes, batch: n_in * count if split else n_in // count}
+    for d, b, (before, after) in zip(spatial, blocks, pairs):
+        result_sizes[d] = (sizes[d] + before + after) // b if split else sizes[d] * b - before - after
+    offsets = np.stack(np.unravel_index(np.arange(count), blocks), axis=1) if spatial else np.zeros((1, 0), int)
+    provenance = {f"source_{batch}", *(f"block_offset_{d}" for d in spatial)}
+    maps = {}
+    for d, b, (before, after) in zip(spatial, blocks, pairs):
+        if op == "space_to_batch_nd":
+            maps[d] = (float(-before), float(b))
+        else:
+            maps[d] = (before / b, 1.0 / b)
+    for name, coord in arr.coords.items():
+        var = coord.variable
+        if not set(var.dims) & touched:
+            continue
+        values = np.asarray(var.values)
+        if var.dims == (batch,):
+            if op == "space_to_batch_nd":
+                if name in provenance:
+                    reason = "a previous SpaceToBatch's provenance is replaced by this one's"
+                    new = None
+                else:
+                    new, reason = np.tile(values, count), None
+            else:
+                if name in provenance:
+                    continue  # consumed
+                groups = np.arange(n_in // count)[:, None] + (n_in // count) * np.arange(count)[None, :]
+                new, reason = _merged(name, batch, values, groups)
+        elif len(var.dims) == 1 and var.dims[0] in spatial:
+            k = spatial.index(var.dims[0])
+            b, (before, after) = blocks[k], pairs[k]
+            if op == "space_to_batch_nd":
+                positions = np.arange((len(values) + before + after) // b) * b - before
+                new, reason = _at_positions(values, positions)
+            else:
+                positions = np.arange(len(values) * b - before - after) + before
+                new, reason = _fill_offsets(values, b, positions)
+        else:
+            new, reason = None, f"it spans dims {var.dims}, which {op} rearranges together"
+        if new is None:
+            if record:
+                _warn(f"{op}: coordinate {name!r} dropped: {reason}")
+            continue
+        coords[name] = xr.Variable(var.dims, new, var.attrs)
+    if op == "space_to_batch_nd":
+        coords[f"source_{batch}"] = xr.Variable(
+            (batch,), np.tile(np.arange(n_in, dtype=np.int64), count),
+            {"long_name": f"position along {batch!r} of the input entry this entry comes from"})
+        for k, d in enumerate(spatial):
+            coords[f"block_offset_{d}"] = xr.Variable(
+                (batch,), np.repeat(offsets[:, k].astype(np.int64), n_in),
+                {"long_name": f"offset along {d!r} of this entry's cells inside their {blocks[k]}-cell blocks"})
+    plan = Plan(coords)
+    _georeference(plan, arr, maps)
+    if record:
+        key = {"block_shape": dict(zip(spatial, blocks)), "pairs": dict(zip(spatial, pairs))}
+        apply_record(plan, arr, op, key, result_sizes)
+        result = _shape(arr, result_sizes).assign_coords(plan.coords)
+        inverse = batch_plan(result, batch, spatial, blocks, pairs, _INVERSE[op], record=False)
+        record_for_inverse(plan, arr, inverse, touched)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Restoring exactly: record what the inverse could not recompute, use the record when inverting
+
+
+def _encode(values: np.ndarray):
+    if values.dtype.kind in "mM":
+        return [str(v) for v in values.astype(str)]
+    if values.dtype.kind == "f":
+        return [float(v) for v in values.astype(np.float64)]  # repr round-trips every float
+    return values.tolist()
+
+
+def _decode(item: dict) -> np.ndarray:
+    return np.array(item["values"], dtype=np.dtype(item["dtype"]))
+
+
+def _jsonable(attrs: Mapping):
+    try:
+        json.dumps(dict(attrs))
+        return dict(attrs)
+    except (TypeError, ValueError):
+        return None
+
+
+def _same(a: xr.Variable, b: xr.Variable) -> bool:
+    a_values, b_values = np.asarray(a.values), np.asarray(b.values)
+    kinds = {a_values.dtype.kind, b_values.dtype.kind}
+    return (a.dims == b.dims and a_values.shape == b_values.shape
+            and (a_values.dtype == b_values.dtype or kinds <= {"U", "O", "S"})
+            and bool((a_values == b_values).all()) and dict(a.attrs) == dict(b.attrs))
+
+
+def record_for_inverse(plan: Plan, arr: xr.DataArray, inverse_plan: Plan, touched) -> None:
+    """Put into ``plan.record`` every 1-D coordinate of ``arr`` on a touched dim that the
+    inverse (``inverse_plan``, computed from ``plan.coords`` without warnings) does not restore
+    bit for bit, as plain JSON. Very long ones are left out, with a warning."""
+    record, total = {}, 0
+    for name, coord in arr.coords.items():
+        var = coord.variable
+        if len(var.dims) != 1 or var.dims[0] not in touched:
+            continue
+        again = inverse_plan.coords.get(name)
+        if again is not None and _same(again, var):
+            continue
+        values = np.asarray(var.values)
+        attrs = _jsonable(var.attrs)
+        if values.dtype.kind not in "biufmMUO" or attrs is None or total + values.size > MAX_RECORDED_VALUES:
+            _warn(f"coordinate {name!r} cannot be recorded for invert() (its dtype, attrs or size): "
+                  "invert() will not restore it")
+            continue
+        record[str(name)] = {"dims": [str(var.dims[0])], "dtype": values.dtype.str if values.dtype.kind != "O" else "O",
+                             "values": _encode(values), "attrs": attrs}
+        total += values.size
+    plan.record = record
+    # Coordinates the inverse would add that ``arr`` did not have (SpaceToDepth's provenance
+    # after a DepthToSpace of unlabelled phases): the inverse leaves them out.
+    plan.drop = sorted(str(n) for n, v in inverse_plan.coords.items()
+                       if n not in arr.coords and set(v.dims) & set(touched))
+
+
+def _key(parameters: Mapping) -> str:
+    """The parameters that must agree for two steps to undo each other, as canonical JSON:
+    block size and mode, or block shape and paddings = crops (absent dims: no padding)."""
+    if "block_size" in parameters:
+        return json.dumps([int(parameters["block_size"]), parameters.get("mode")])
+    blocks = {str(k): int(v) for k, v in parameters["block_shape"].items()}
+    pairs = parameters.get("pairs", parameters.get("paddings", parameters.get("crops"))) or {}
+    pairs = {str(k): [int(x) for x in v] for k, v in pairs.items()}
+    return json.dumps([blocks, {d: pairs.get(d, [0, 0]) for d in blocks}], sort_keys=True)
+
+
+def apply_record(plan: Plan, arr: xr.DataArray, op: str, parameters: Mapping, sizes: Mapping) -> None:
+    """When ``arr``'s last ops_history step is the inverse of ``op`` with the same parameters,
+    put back the coordinates it recorded (those whose shape fits the result)."""
+    try:
+        steps = json.loads(arr.attrs.get(HISTORY, "[]"))
+        last = steps[-1] if steps else {}
+        if last.get("operator") != _INVERSE.get(op) or not {"coords", "drop_coords"} & set(last):
+            return
+        if _key(last.get("parameters", {})) != _key(parameters):
+            return
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return  # a history this module did not write: nothing to restore from
+    for name in last.get("drop_coords", []):
+        plan.coords.pop(name, None)
+    for name, item in last.get("coords", {}).items():
+        dims = tuple(item["dims"])
+        values = _decode(item)
+        if all(d in sizes for d in dims) and values.shape == tuple(sizes[d] for d in dims):
+            plan.coords[name] = xr.Variable(dims, values, item.get("attrs") or {})
+
+
+# ---------------------------------------------------------------------------------------------
+# CF grid mapping / rioxarray GeoTransform
+
+
+def _spatial_xy(arr: xr.DataArray):
+    """rioxarray's choice of x and y dims (x/y, longitude/latitude, then CF axis/standard_name)."""
+    dims = arr.dims
+    if "x" in dims and "y" in dims:
+        return "x", "y"
+    if "longitude" in dims and "latitude" in dims:
+        return "longitude", "latitude"
+    x = y = None
+    for name, coord in arr.coords.items():
+        if coord.dims != (name,):
+            continue
+        axis, standard = str(coord.attrs.get("axis", "")).upper(), str(coord.attrs.get("standard_name", "")).lower()
+        if axis == "X" or standard in ("longitude", "projection_x_coordinate"):
+            x = name
+        elif axis == "Y" or standard in ("latitude", "projection_y_coordinate"):
+            y = name
+    return x, y
+
+
+def _georeference(plan: Plan, arr: xr.DataArray, maps: Mapping) -> None:
+    """Give the grid mapping coordinate (and a legacy ``transform`` attr) the new grid's
+    transform. ``maps`` = {dim: (a, s)}: result centre i sits at input centre index a + s * i."""
+    gm = arr.encoding.get("grid_mapping", arr.attrs.get("grid_mapping"))
+    if gm is not None:
+        plan.encoding["grid_mapping"] = gm
+    gm = gm or "spatial_ref"
+    x, y = _spatial_xy(arr)
+    if x is None or y is None or not ({x, y} & set(maps)):
+        return
+    # In corner terms: input col = ox + sx * result col (o = a + 0.5 - s/2).
+    (ax, sx), (ay, sy) = maps.get(x, (0.0, 1.0)), maps.get(y, (0.0, 1.0))
+    ox, oy = ax + 0.5 - sx / 2, ay + 0.5 - sy / 2
+
+    def moved(c, a, b, f, d, e):
+        return (c + a * ox + b * oy, a * sx, b * sy, f + d * ox + e * oy, d * sx, e * sy)
+
+    if gm in plan.coords and "GeoTransform" in plan.coords[gm].attrs:
+        var = plan.coords[gm]
+        try:
+            gt = [float(v) for v in str(var.attrs["GeoTransform"]).split()]
+        except ValueError:
+            gt = []
+        if len(gt) == 6:
+            new = moved(*gt)  # GDAL order: c, a, b, f, d, e
+            attrs = {**var.attrs, "GeoTransform": " ".join(repr(float(v)) for v in new)}
+            plan.coords[gm] = xr.Variable(var.dims, var.values, attrs)
+    legacy = arr.attrs.get("transform")
+    if legacy is not None and np.size(legacy) >= 6:
+        a, b, c, d, e, f = (float(v) for v in np.asarray(legacy).ravel()[:6])
+        c2, a2, b2, f2, d2, e2 = moved(c, a, b, f, d, e)
+        plan.attrs_update["transform"] = (a2, b2, c2, d2, e2, f2)
