@@ -325,14 +325,73 @@ def _build(src: da.Array, scale, plan, dst_dtype, n_out):
 
 def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,
                    group_size=None, k_dim=1, align_output=False):
-    """Dequantise ``src`` [m, n] (or [n], read as [1, n] and returned as [n]): ``dst(f32(src) * f32(scale))``.
+    """Dequantise ``src``: ``dst(f32(src) * f32(scale))``, rounded to nearest even (AscendDequant).
 
-    Classic (``policy=None``): int32 src, scalar or vector ``deq_scale`` applied to the first
-    ``calc_count`` columns (the rest pass through unscaled); with ``mode="single_row"`` a single
-    row is read as ``[n / calc_count, calc_count]`` when the device would. ``"per_token"``:
-    one scale per row; ``"per_group"``: one per ``group_size`` rows (``k_dim=0``) or columns
-    (``k_dim=1``); rows from ``calc_count // n`` on pass through. ``align_output`` pads each
-    row with zeros to a multiple of 32 bytes. Float32 arithmetic, round-to-nearest-even.
+    src and scale are converted to float32, multiplied in float32 and rounded to
+    ``dst_dtype``. Classic (``policy=None``): int32 src, a scalar or vector ``deq_scale``
+    applied to the first ``calc_count`` columns; the remaining columns pass through unscaled
+    (the Ascend description calls them undefined; its example shows them unscaled). With
+    ``mode="single_row"`` a single row is read as ``[n / calc_count, calc_count]`` when the
+    device would (m == 1, calc_count a multiple of ``32 / itemsize(dst)``, n % calc_count
+    == 0). ``policy="per_token"``: one scale per row; ``"per_group"``: one per
+    ``group_size`` rows (``k_dim=0``) or columns (``k_dim=1``); rows from
+    ``calc_count // n`` on pass through. The supported dtype combinations are listed in
+    docs/operators.md, the full reference.
+
+    Parameters
+    ----------
+    src : numpy.ndarray or dask.array.Array
+        ``[m, n]``, or ``[n]`` (computed as ``[1, n]`` and returned as ``[n]``). int32;
+        float32 too with a policy.
+    deq_scale : float, numpy.ndarray or dask.array.Array
+        Classic: a scalar or a vector of at least ``calc_count`` values (float32, bfloat16,
+        or uint64 carrying a float32 in its low 32 bits: the only kind for float16 output,
+        see :func:`ops.pack_deq_scale`). per_token: ``[m]`` or ``[m, 1]``. per_group:
+        ``[ceil(m/g), n]`` (``k_dim=0``) or ``[m, ceil(n/g)]`` (``k_dim=1``).
+    dst_dtype : {"float16", "bfloat16", "float32"}
+        The result's dtype.
+    calc_count : int, optional
+        Classic: columns scaled, ``1 <= calc_count <= n`` (default n). Policies: elements
+        computed, a multiple of n (default m*n).
+    mode : {"single_row", "multi_row"}, default "single_row"
+        Whether a single row may be read as several (above).
+    policy : {None, "per_token", "per_group"}, default None
+        How the scale maps onto the elements.
+    group_size : int, optional
+        per_group only: > 0 and a multiple of 32.
+    k_dim : {0, 1}, default 1
+        per_group only: 0 groups rows, 1 groups columns.
+    align_output : bool, default False
+        True: the device layout, each row padded with zeros to a multiple of 32 bytes
+        (src rows must be 32-byte aligned, ``n*4 % 32 == 0``).
+
+    Returns
+    -------
+    numpy.ndarray or dask.array.Array
+        ``[m, n]`` (``[m, n_dst]`` with ``align_output``) of ``dst_dtype``; lazy for Dask
+        input, processed in row blocks.
+
+    Raises
+    ------
+    ops.InvalidArgument
+        An unsupported (src, scale, dst) combination (the message lists the supported ones),
+        a scale of the wrong shape, ``calc_count`` or ``group_size`` out of range,
+        ``align_output`` with unaligned rows, src of rank other than 1 or 2.
+
+    Examples
+    --------
+    >>> import numpy as np, ops
+    >>> src = np.arange(-16, 16, dtype=np.int32).reshape(4, 8)
+    >>> scale = np.array([2.2, -2.2, 2.2, -2.2, 2.2, -2.2, 0, 0], np.float32)
+    >>> ops.ascend_dequant(src, scale, dst_dtype="float32", calc_count=6)[0]   # the last 2 columns pass through
+    array([-35.2     ,  33.      , -30.800001,  28.6     , -26.400002,
+            24.2     , -10.      ,  -9.      ], dtype=float32)
+    >>> ops.ascend_dequant(np.array([[1, 3, -7]], np.int32), np.float32(0.1), dst_dtype="bfloat16")
+    array([[0.100098, 0.300781, -0.699219]], dtype=bfloat16)
+    >>> ops.ascend_dequant(np.array([[10, 20], [30, 40]], np.int32), np.float32([0.5, 2]),
+    ...                    dst_dtype="float32", policy="per_token")   # one scale per row
+    array([[ 5., 10.],
+           [60., 80.]], dtype=float32)
     """
     one_row = np.ndim(src) == 1  # [n] is computed as [1, n] and given back as [n]
     src, scale, p, cc = _validate_dequant(

@@ -395,14 +395,61 @@ def _build_shuffle(params: da.Array, indices: da.Array, b: int, negative: bool, 
 
 
 def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True):
-    """Gather slices of ``params`` at the index tuples in the last axis of ``indices``.
+    """Gather elements or slices of ``params`` at the index tuples in the last axis of ``indices``.
 
-    ``params`` has rank r >= 1 and any supported dtype; ``indices`` (int32/int64, rank q >= 1)
-    holds tuples of length ``c = indices.shape[-1]``, ``1 <= c <= r - batch_dims``. The result
-    is ``indices.shape[:-1] + params.shape[batch_dims + c:]``. With ``batch_dims = b`` the first
-    b dims of both are a shared batch. Index values lie in ``[-s, s-1]`` (``[0, s-1]`` when
-    ``negative_index_support`` is False); any other raises IndexError naming its position.
-    See the module docstring for the Dask plan used in each case.
+    Each tuple of ``c = indices.shape[-1]`` values selects one element (``c = r - b``) or
+    one slice (``c < r - b``) of ``params``; with ``batch_dims = b`` the first b dims of
+    both arrays are a shared batch (ONNX's and TensorFlow's ``batch_dims``). Negative
+    values count from the end, as in ONNX, unless ``negative_index_support`` is False. The
+    full reference is docs/operators.md.
+
+    Parameters
+    ----------
+    params : numpy.ndarray or dask.array.Array
+        Rank r >= 1, any supported dtype (bit-exact: elements are moved, not computed on).
+    indices : numpy.ndarray or dask.array.Array
+        int32 or int64, rank q >= 1, ``1 <= indices.shape[-1] <= r - batch_dims``. Lazy
+        (Dask) indices are checked when computed; concrete ones before anything is built.
+    batch_dims : int, default 0
+        ``0 <= batch_dims < min(q, r)``; the first ``batch_dims`` dims of ``params`` and
+        ``indices`` must be equal.
+    negative_index_support : bool, default True
+        True: values in ``[-s, s-1]`` for a dim of size s. False: ``[0, s-1]``.
+
+    Returns
+    -------
+    numpy.ndarray or dask.array.Array
+        ``indices.shape[:-1] + params.shape[batch_dims + c:]``, the dtype of ``params``.
+        Dask: only the ``params`` blocks that the indices hit are read.
+
+    Raises
+    ------
+    ops.InvalidArgument
+        ``indices`` not int32/int64, a tuple length of 0 or more than ``r - batch_dims``, an
+        invalid ``batch_dims`` or unequal batch dims, an unsupported ``params`` dtype.
+    IndexError
+        An index value outside its range (always so for a 0-sized dim); the message names
+        its position, its value and the allowed range.
+
+    Examples
+    --------
+    >>> import numpy as np, ops
+    >>> params = np.array([[0, 1], [2, 3]])
+    >>> ops.gather_nd(params, np.array([[0, 0], [1, 1]]))   # two elements
+    array([0, 3])
+    >>> ops.gather_nd(params, np.array([[1], [0]]))   # two rows
+    array([[2, 3],
+           [0, 1]])
+    >>> ops.gather_nd(params, np.array([[-1, -2]]))   # negative values count from the end
+    array([2])
+    >>> ops.gather_nd(params, np.array([[-1, 0]]), negative_index_support=False)
+    Traceback (most recent call last):
+        ...
+    IndexError: indices[0, 0] = -1 is out of range for dimension 0 of size 2 (allowed 0..1, negative_index_support=False)
+    >>> cube = np.arange(8).reshape(2, 2, 2)
+    >>> ops.gather_nd(cube, np.array([[1], [0]]), batch_dims=1)   # row 1 of cube[0], row 0 of cube[1]
+    array([[2, 3],
+           [4, 5]])
     """
     params, indices, p, out_shape = _validate_gather_nd(params, indices, batch_dims, negative_index_support)
     b, negative = p.batch_dims, p.negative_index_support
