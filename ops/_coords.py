@@ -61,7 +61,7 @@ def _warn(message: str) -> None:
     """Warn at the first frame outside ops and xarray (the user's line)."""
     here = os.path.dirname(__file__)
     inside = (here, os.path.dirname(xr.__file__))
-    level, frame = 1, sys._getframe(1)
+    level, frame = 2, sys._getframe(1)  # stacklevel 1 would be this function
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, CoordinateDropped, stacklevel=level)
@@ -106,8 +106,8 @@ def even_step(values: np.ndarray):
     off = np.abs(numbers - (numbers[0] + step * np.arange(len(numbers))))
     if step == 0 or off.max() > tolerance:
         worst = int(np.argmax(off))
-        return None, (f"it is not evenly spaced: value {numbers[worst]!r} at index {worst} is "
-                      f"{off[worst]:.3g} off the line from {numbers[0]!r} to {numbers[-1]!r} "
+        return None, (f"it is not evenly spaced: value {float(numbers[worst])!r} at index {worst} is "
+                      f"{off[worst]:.3g} off the line from {float(numbers[0])!r} to {float(numbers[-1])!r} "
                       f"(tolerance {tolerance:.3g})")
     return float(step), None
 
@@ -254,6 +254,12 @@ def _channel_index(op: str, mode: str, channels_out: int, factor: int):
     return (phase * channels_out + c) if mode == "DCR" else (c * f2 + phase)
 
 
+def _warn_dropped(op: str, dropped: Mapping, plan: Plan) -> None:
+    for name, reason in dropped.items():
+        if name not in plan.coords:
+            _warn(f"{op}: coordinate {name!r} dropped: {reason}")
+
+
 def _shape(arr: xr.DataArray, sizes: Mapping) -> xr.DataArray:
     """A stand-in of the result (no memory: a broadcast zero) for computing the inverse's coords."""
     shape = tuple(sizes[d] for d in arr.dims)
@@ -272,6 +278,7 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
                     W: sizes[W] // factor if split else sizes[W] * factor,
                     C: sizes[C] * f2 if split else sizes[C] // f2}
     coords = kept_coords(arr, touched)
+    dropped = {}  # name: why; warned about unless the record of an inverse step restores it
     resample = coarsened if split else refined
     provenance = {f"source_{C}", f"phase_{H}", f"phase_{W}"}
     for name, coord in arr.coords.items():
@@ -293,8 +300,7 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
         else:
             values, reason = None, f"it spans dims {var.dims}, which {op} rearranges together"
         if values is None:
-            if record:
-                _warn(f"{op}: coordinate {name!r} dropped: {reason}")
+            dropped[name] = reason
             continue
         coords[name] = xr.Variable(var.dims, values, var.attrs)
     if split and V is None:
@@ -307,6 +313,7 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
     _georeference(plan, arr, _centre_maps_depth(op, factor, roles))
     if record:
         apply_record(plan, arr, op, {"block_size": factor, "mode": mode}, result_sizes)
+        _warn_dropped(op, dropped, plan)
         result = _shape(arr, result_sizes).assign_coords(plan.coords)
         inverse = depth_plan(result, roles, _INVERSE[op], factor, mode, record=False)
         record_for_inverse(plan, arr, inverse, touched)
@@ -320,6 +327,7 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
     sizes = dict(arr.sizes)
     touched = {batch, *spatial}
     coords = kept_coords(arr, touched)
+    dropped = {}  # name: why; warned about unless the record of an inverse step restores it
     count = int(np.prod(blocks))
     n_in = sizes[batch]
     split = op == "space_to_batch_nd"
@@ -363,8 +371,7 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
         else:
             new, reason = None, f"it spans dims {var.dims}, which {op} rearranges together"
         if new is None:
-            if record:
-                _warn(f"{op}: coordinate {name!r} dropped: {reason}")
+            dropped[name] = reason
             continue
         coords[name] = xr.Variable(var.dims, new, var.attrs)
     if op == "space_to_batch_nd":
@@ -380,6 +387,7 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
     if record:
         key = {"block_shape": dict(zip(spatial, blocks)), "pairs": dict(zip(spatial, pairs))}
         apply_record(plan, arr, op, key, result_sizes)
+        _warn_dropped(op, dropped, plan)
         result = _shape(arr, result_sizes).assign_coords(plan.coords)
         inverse = batch_plan(result, batch, spatial, blocks, pairs, _INVERSE[op], record=False)
         record_for_inverse(plan, arr, inverse, touched)
