@@ -22,7 +22,7 @@ from service.records import JobRecords
 from service.routers import arrays, health, jobs, landing, processes
 from service.settings import Settings
 from service.state import Services, require_token
-from service.storage import ArrayStore
+from service.objectstore import open_store
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,9 @@ def local_pool():
 def open_services(settings: Settings) -> Services:
     """Open the data root (sweeping half-built arrays), the job records (marking jobs left
     running by an earlier service as failed) and the cluster. Blocking."""
-    store = ArrayStore(settings.data_root, chunk_bytes=settings.chunk_bytes,
-                       max_upload_bytes=settings.max_upload_bytes)
+    store = open_store(settings)  # a local directory, or an s3:// URL (StorageUnavailable if unreachable)
     store.sweep()
-    records = JobRecords(store.root / "jobs.sqlite")
+    records = JobRecords(store.state_dir / "jobs.sqlite")
     interrupted = records.mark_interrupted()
     if interrupted:
         log.warning("%d job(s) were interrupted by the last shutdown and are marked failed", interrupted)

@@ -361,7 +361,7 @@ class Executor:
         return self._wait(plan.job_id, client, client.compute(result.data))
 
     def _store_result(self, plan: Plan, result: xr.DataArray) -> None:
-        built = self.store.temp_dir(f"job-{plan.job_id}-")
+        built = self.store.new_version(f"job-{plan.job_id}-")  # the workers write here directly
         try:
             if plan.inline_only:  # one small block, computed here and stored in chunks
                 value = result.copy(data=result.data.compute(scheduler="sync"))
@@ -382,7 +382,7 @@ class Executor:
                 raise Dismissed  # dismissed while it ran: its result never appears
             self.store.publish(built, plan.result_name, overwrite=False)
         finally:
-            remove_partial(built)
+            remove_partial(built, self.store.discard)
 
     def _wait(self, job_id: str, client, future: Future):
         """Wait for ``future``, recording progress from the scheduler; cancel on dismiss. Every
@@ -490,18 +490,20 @@ def _drain(client, future: Future, timeout: float = 10.0, bound: float | None = 
 RESWEEP_SECONDS = (1.0, 5.0)
 
 
-def remove_partial(path) -> None:
+def remove_partial(path, remove=None) -> None:
     """Remove a job's partial output now, and again a little later.
 
     Cancelling a job does not recall a task the scheduler has already sent to a worker: it can
     still write its chunk after the job's cleanup, and Zarr recreates the directories it writes
     into. Such a task finishes within moments, so two later looks remove what it left (the
     start-up sweep of tmp/ is the last resort). After a successful publish ``path`` is gone
-    and the later looks find nothing.
+    (or, in an object store, marked published) and the later looks find nothing to remove.
+    ``remove(path)`` (default: remove the local directory) must not raise.
     """
-    shutil.rmtree(path, ignore_errors=True)
+    remove = remove or (lambda where: shutil.rmtree(where, ignore_errors=True))
+    remove(path)
     for delay in RESWEEP_SECONDS:
-        timer = threading.Timer(delay, shutil.rmtree, args=(path, True))
+        timer = threading.Timer(delay, remove, args=(path,))
         timer.daemon = True
         timer.start()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "CHUNKED_TENSOR_OPS_"
@@ -20,7 +20,9 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    data_root: Path = Path("data")
+    # A local directory, or an object store URL (``s3://bucket/prefix``, through s3fs; see
+    # docs/storage.md). A URL stays a string; anything else is a path.
+    data_root: Path | str = Path("data")
     # None: an embedded LocalCluster; otherwise the address of an existing Dask scheduler,
     # whose workers must see data_root at the same path.
     scheduler: str | None = None
@@ -39,3 +41,31 @@ class Settings(BaseSettings):
     chunk_bytes: int = Field(16 * MiB, ge=1024)
     # How long an execution waits for the scheduler before answering 503.
     scheduler_timeout: float = Field(5.0, gt=0)
+    # --- object storage (data_root = s3://bucket/prefix); never taken from requests --------
+    # Where the job records (SQLite) and upload spools live when data_root is remote;
+    # default ./state. Unused for a local data root (they live in it).
+    state_dir: Path | None = None
+    s3_endpoint_url: str | None = None   # e.g. http://127.0.0.1:9000 for MinIO; None: AWS
+    s3_key: SecretStr | None = None      # access key id; None: s3fs/boto's own lookup (env, profile, role)
+    s3_secret: SecretStr | None = None
+    s3_region: str | None = None
+    # Any further s3fs options, as JSON (CHUNKED_TENSOR_OPS_STORAGE_OPTIONS='{"anon": false}');
+    # the s3_* fields above win over the same options here.
+    storage_options: dict = Field(default_factory=dict)
+    # Create the bucket at start-up when it is missing (default: refuse to start).
+    s3_create_bucket: bool = False
+
+    @field_validator("data_root", mode="before")
+    @classmethod
+    def _path_unless_url(cls, value):
+        text = str(value)
+        return text.rstrip("/") if "://" in text else Path(value)
+
+    @property
+    def remote(self) -> bool:
+        """Whether the data root is an object store URL."""
+        return isinstance(self.data_root, str)
+
+    def data_root_text(self) -> str:
+        """The data root for messages: the URL, or the absolute path."""
+        return self.data_root if self.remote else str(Path(self.data_root).resolve())

@@ -147,6 +147,22 @@ class Located:
     group_attrs: dict
 
 
+def located(name: str, where, group: dict) -> Located:
+    """The array ``name`` as the group's consolidated metadata (``group``: its root
+    ``zarr.json``) describes it; ``where`` is the group's location in the store."""
+    arrays = group.get("consolidated_metadata", {}).get("metadata", {})
+    coords = set()
+    for key, child in arrays.items():
+        coords.update(str(child.get("attributes", {}).get("coordinates", "")).split())
+        if child.get("dimension_names") == [key]:
+            coords.add(key)
+    variables = [k for k, child in arrays.items()
+                 if child.get("node_type") == "array" and "/" not in k and k not in coords]
+    if len(variables) != 1:
+        raise bad_request(f"array {name!r} holds {len(variables)} data variables, expected one")
+    return Located(name, where, variables[0], arrays[variables[0]], group.get("attributes", {}))
+
+
 # --- atomic replacement and stable reads ------------------------------------------------------
 
 _AT_FDCWD = -100
@@ -290,6 +306,7 @@ class ArrayStore:
 
     def __init__(self, root: Path, *, chunk_bytes: int, max_upload_bytes: int):
         self.root = Path(root).resolve()
+        self.state_dir = self.root  # job records live in the data root itself
         self.arrays = self.root / "arrays"
         self.tmp = self.root / "tmp"
         self.chunk_bytes = chunk_bytes
@@ -333,21 +350,30 @@ class ArrayStore:
         path = self.path(name) if path is None else path
         if not (path / "zarr.json").is_file():
             raise no_such_array(name)
-        group = json.loads((path / "zarr.json").read_text())
-        arrays = group.get("consolidated_metadata", {}).get("metadata", {})
-        coords = set()
-        for key, child in arrays.items():
-            coords.update(str(child.get("attributes", {}).get("coordinates", "")).split())
-            if child.get("dimension_names") == [key]:
-                coords.add(key)
-        variables = [k for k, child in arrays.items()
-                     if child.get("node_type") == "array" and "/" not in k and k not in coords]
-        if len(variables) != 1:
-            raise bad_request(f"array {name!r} holds {len(variables)} data variables, expected one")
-        return Located(name, path, variables[0], arrays[variables[0]], group.get("attributes", {}))
+        return located(name, path, json.loads((path / "zarr.json").read_text()))
 
     def temp_dir(self, prefix: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp))
+
+    # Where things are built. A store on another medium (service.objectstore) overrides these:
+    # a new array is built at a *location* (here a directory under tmp/), written through
+    # ``zarr_target`` and made visible by ``publish``; ``discard`` removes an unpublished one.
+
+    def spool_dir(self, prefix: str) -> Path:
+        """A new local scratch directory (an upload's spool, an unzipped archive)."""
+        return self.temp_dir(prefix)
+
+    def new_version(self, prefix: str) -> Path:
+        """A new, empty location to build one array in, for ``publish``."""
+        return self.temp_dir(prefix)
+
+    def zarr_target(self, location: Path, sub: str = ""):
+        """What Zarr / xarray write to for ``location`` (joined with ``sub``)."""
+        return location / sub if sub else location
+
+    def discard(self, location: Path) -> None:
+        """Remove a location that was not published (a no-op once it was)."""
+        shutil.rmtree(location, ignore_errors=True)
 
     def sweep(self) -> None:
         """Remove everything under tmp/ (work of a service that stopped)."""
@@ -423,6 +449,10 @@ class ArrayStore:
     def names(self) -> list[str]:
         return sorted(p.name for p in self.arrays.iterdir()
                       if NAME.fullmatch(p.name) and not p.name.startswith(".") and (p / "zarr.json").is_file())
+
+    def open_key(self, name: str, key: str) -> Path | None:
+        """Zarr key ``key`` of array ``name`` for the HTTP route: here its file (None: no such key)."""
+        return self.key_path(name, key)
 
     def key_path(self, name: str, key: str) -> Path | None:
         """The file of Zarr key ``key`` inside array ``name``, or None when there is none."""
@@ -525,7 +555,7 @@ class ArrayStore:
         ds = stored.to_dataset(name=variable)
         ds.attrs = dict(group_attrs or {})
         encoding = {variable: {"chunks": chunks}} if stored.ndim else {}
-        return ds.to_zarr(path, zarr_format=3, consolidated=True, compute=False, mode="w",
+        return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
                           encoding=encoding)
 
     def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
@@ -541,8 +571,8 @@ class ArrayStore:
         check_name(name)
         if self.exists(name) and not overwrite:
             raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
-        unpacked = self.temp_dir("unzip-")
-        built = self.temp_dir("zip-")
+        unpacked = self.spool_dir("unzip-")
+        built = self.new_version("zip-")
         try:
             try:
                 root = zipstore.extract_zarr_zip(archive, unpacked, max_bytes=self.max_upload_bytes,
@@ -581,7 +611,7 @@ class ArrayStore:
             self.publish(built, name, overwrite)
         finally:
             shutil.rmtree(unpacked, ignore_errors=True)
-            shutil.rmtree(built, ignore_errors=True)
+            self.discard(built)
         return self.info(name)
 
 
@@ -600,7 +630,7 @@ class NpyUpload:
         self.header: npy.NpyHeader | None = None
         self.received = 0
         self._written = 0  # data bytes written so far
-        self._built: Path | None = None
+        self._built = None  # the location being built (ArrayStore.new_version)
 
     @property
     def pending(self) -> int:
@@ -630,14 +660,15 @@ class NpyUpload:
         self._dims = parse_dims(self._dims_text, len(h.shape)) or tuple(f"dim_{k}" for k in range(len(h.shape)))
         self._final_chunks = parse_chunks(self._chunks_text, h.shape)
         self._stream_chunks = stream_chunks(shape, self._dtype.itemsize, self.store.chunk_bytes)
-        self._built = self.store.temp_dir("npy-")
+        self._built = self.store.new_version("npy-")
         self._direct = not h.fortran_order and self._final_chunks in (None, self._stream_chunks)
         if self._direct:
             template = xr.DataArray(da.empty(shape, dtype=self._dtype, chunks=self._stream_chunks), dims=self._dims)
             self.store.write_skeleton(self._built, template, self._stream_chunks, self.name)
-            self._target = zarr.open_array(self._built / self.name, mode="r+")
+            self._target = zarr.open_array(self.store.zarr_target(self._built, self.name), mode="r+",
+                                           zarr_format=3)
         else:  # stream into a raw array, then reorder/rechunk it in a second pass
-            self._target = zarr.create_array(self._built / "stream", shape=shape, dtype=self._stored,
+            self._target = zarr.create_array(self.store.zarr_target(self._built, "stream"), shape=shape, dtype=self._stored,
                                              chunks=self._stream_chunks, zarr_format=3, fill_value=0)
         grid = [range(math.ceil(n / c)) for n, c in zip(shape, self._stream_chunks)]
         self._regions = list(itertools.product(*grid))  # C order: the order the bytes arrive in
@@ -678,14 +709,14 @@ class NpyUpload:
                 data = data.T
             chunks = self._final_chunks or stream_chunks(data.shape, self._dtype.itemsize, self.store.chunk_bytes)
             arr = xr.DataArray(data.rechunk(chunks), dims=self._dims)
-            final = self.store.temp_dir("npy-final-")
+            final = self.store.new_version("npy-final-")
             try:
                 fill = self.store.write_skeleton(final, arr, chunks, self.name)
                 dask.compute(fill, scheduler="threads")
             except BaseException:
-                shutil.rmtree(final, ignore_errors=True)
+                self.store.discard(final)
                 raise
-            shutil.rmtree(self._built, ignore_errors=True)
+            self.store.discard(self._built)
             self._built = final
         self.store.publish(self._built, self.name, self.overwrite)
         self._built = None
@@ -693,7 +724,7 @@ class NpyUpload:
 
     def abort(self) -> None:
         if self._built is not None:
-            shutil.rmtree(self._built, ignore_errors=True)
+            self.store.discard(self._built)
             self._built = None
 
 

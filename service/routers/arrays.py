@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -15,6 +16,7 @@ from service import npy
 from service.errors import (RANGE_NOT_SATISFIABLE, UNSUPPORTED_MEDIA_TYPE, ServiceError, bad_request, conflict,
                             no_such_array, too_large)
 from service.execution import NPY_MEDIA_TYPE, dtype_header
+from service.objectstore import KEY_PIECE_BYTES
 from service.routers import ArrayName, ZarrKey, problems
 from service.state import Services, base_url, require_token, services
 from service.storage import check_name
@@ -73,7 +75,7 @@ async def _upload_npy(request: Request, svc: Services, name: str, dims, chunks, 
 
 async def _upload_zip(request: Request, svc: Services, name: str, variable, dims, chunks, overwrite: bool) -> dict:
     check_name(name)
-    spool = svc.store.temp_dir("upload-")
+    spool = svc.store.spool_dir("upload-")  # local, also for an object store
     archive = spool / "upload.zip"
     try:
         received = 0
@@ -190,20 +192,45 @@ def zarr_key(name: ArrayName, key: ZarrKey, request: Request, svc: Services = De
                                              json_schema_extra={"pattern": RANGE_PATTERN})):
     """The stored Zarr v3 group, read-only: ``zarr.json`` (consolidated metadata) and chunk keys,
     with HTTP Range requests, for ``xarray.open_zarr(".../arrays/NAME/zarr")``."""
-    path = svc.store.key_path(name, key)
+    path = svc.store.open_key(name, key)
     if path is None:
         raise ServiceError(404, "https://chunked-tensor-ops.readthedocs.io/exceptions/no-such-key",
                            f"array {name!r} has no Zarr key {key!r}")
-    size = os.stat(path).st_size
-    wanted = byte_range
-    if wanted:
-        try:
-            FileResponse._parse_range_header(wanted, size)
-        except Exception:
-            raise ServiceError(416, RANGE_NOT_SATISFIABLE, f"Range {wanted!r} cannot be served from {size} bytes",
-                               headers={"Content-Range": f"bytes */{size}"}) from None
+    if not isinstance(path, Path):  # a key in an object store
+        return _remote_key(path, request.method, byte_range)
+    _parse_range(byte_range, os.stat(path).st_size)  # a 416 here, before FileResponse starts
     media = ZARR_JSON_TYPE if path.name == "zarr.json" else "application/octet-stream"
     return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+
+
+def _parse_range(byte_range: str | None, size: int) -> list[tuple[int, int]]:
+    """The ranges (first, end exclusive) of a Range header; [] for none; 416 if unsatisfiable."""
+    if not byte_range:
+        return []
+    try:
+        return FileResponse._parse_range_header(byte_range, size)
+    except Exception:
+        raise ServiceError(416, RANGE_NOT_SATISFIABLE, f"Range {byte_range!r} cannot be served from {size} bytes",
+                           headers={"Content-Range": f"bytes */{size}"}) from None
+
+
+def _remote_key(key, method: str, byte_range: str | None) -> Response:
+    """A key of an object store, as FileResponse serves a file: one Range is a 206, several
+    (rare for Zarr readers) get the whole key. Bytes come straight from the store; a key up to
+    ``KEY_PIECE_BYTES`` is read before the response starts, so a storage failure is a 503."""
+    ranges = _parse_range(byte_range, key.size)
+    start, end = ranges[0] if len(ranges) == 1 else (0, key.size)
+    headers = {"Cache-Control": "no-cache", "Accept-Ranges": "bytes", "Content-Length": str(end - start)}
+    status = 200
+    if len(ranges) == 1:
+        status = 206
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{key.size}"
+    media = ZARR_JSON_TYPE if key.name == "zarr.json" else ZARR_CHUNK_TYPE
+    if method == "HEAD":
+        return Response(status_code=status, headers=headers, media_type=media)
+    if end - start <= KEY_PIECE_BYTES:
+        return Response(key.read(start, end), status_code=status, headers=headers, media_type=media)
+    return StreamingResponse(key.pieces(start, end), status_code=status, headers=headers, media_type=media)
 
 
 @router.delete("/arrays/{name}", operation_id="delete_array", status_code=204, response_class=Response,

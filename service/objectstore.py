@@ -1,0 +1,507 @@
+"""Arrays in an object store: a data root ``s3://bucket/prefix`` (through s3fs).
+
+The layout under the prefix (docs/storage.md)::
+
+    refs/NAME              a pointer: {"version": "<id>", "published": "<time>"}
+    versions/<id>/         one published (or being built) array: a Zarr v3 group, as locally
+
+S3 has no rename, so nothing is ever moved. An array is built under a fresh
+``versions/<id>/`` prefix (by the Dask workers themselves for a job: the graph carries a Zarr
+``FsspecStore`` with the storage options, so workers need no configuration and the API process
+never relays a job's chunks) and published by one PUT of its pointer, which S3 applies
+atomically: readers see the old version or the new one, never a mix. A new name is created
+with a conditional PUT (``If-None-Match: *``), so of two publishers of one name one wins and
+the other gets 409. Readers resolve the pointer once and read that version to the end; in this
+process they pin it (``open(pinned=True)``, the Zarr-over-HTTP route), and a replaced or
+deleted version is removed when its last pin is released. Deleting removes the pointer first,
+then the version. Versions that no pointer names (a crashed upload, a dismissed job's chunks)
+are removed at start-up, as the local store sweeps ``tmp/``.
+
+Every storage failure (endpoint down, missing bucket, refused credentials) becomes a 503
+naming the data root; the service does not start when the bucket cannot be reached.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+import threading
+import uuid
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import wraps
+from pathlib import Path
+
+import xarray as xr
+import zarr
+from zarr.storage import FsspecStore
+
+from service.errors import PROJECT, ServiceError, conflict, no_such_array
+from service.records import now
+from service.settings import Settings
+from service.storage import _KEY_PART, NAME, ArrayStore, Located, NpyUpload, check_name, from_stored, located
+
+log = logging.getLogger(__name__)
+
+STORAGE_UNAVAILABLE = PROJECT + "storage-unavailable"
+# Chunk keys up to this size are read whole before the HTTP response starts (so a storage
+# failure is a clean 503); larger ones are streamed in pieces of this size.
+KEY_PIECE_BYTES = 8 * 2**20
+# Unless storage_options say otherwise: give up on an unreachable endpoint within seconds.
+DEFAULT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
+_URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
+
+
+class StorageUnavailable(RuntimeError):
+    """The data root cannot be used (raised at start-up; requests get a 503 instead)."""
+
+
+def storage_options(settings: Settings) -> dict:
+    """The s3fs options the settings describe: ``storage_options`` with the ``s3_*`` fields
+    over them, and short connection timeouts unless ``config_kwargs`` is given."""
+    options = dict(settings.storage_options)
+    client = dict(options.get("client_kwargs") or {})
+    if settings.s3_endpoint_url:
+        client["endpoint_url"] = settings.s3_endpoint_url
+    if settings.s3_region:
+        client["region_name"] = settings.s3_region
+    if client:
+        options["client_kwargs"] = client
+    if settings.s3_key is not None:
+        options["key"] = settings.s3_key.get_secret_value()
+    if settings.s3_secret is not None:
+        options["secret"] = settings.s3_secret.get_secret_value()
+    options.setdefault("config_kwargs", DEFAULT_CONFIG)
+    return options
+
+
+def open_store(settings: Settings) -> ArrayStore:
+    """The array store of ``settings.data_root``: a local directory or an ``s3://`` URL."""
+    if not settings.remote:
+        return ArrayStore(settings.data_root, chunk_bytes=settings.chunk_bytes,
+                          max_upload_bytes=settings.max_upload_bytes)
+    return ObjectArrayStore(settings.data_root, options=storage_options(settings),
+                            state_dir=settings.state_dir or Path("state"), chunk_bytes=settings.chunk_bytes,
+                            max_upload_bytes=settings.max_upload_bytes, create_bucket=settings.s3_create_bucket)
+
+
+@dataclass
+class Version:
+    """One array version's prefix (``versions/<id>``); ``published`` once a pointer names it,
+    after which ``discard`` leaves it alone."""
+
+    id: str
+    path: str           # bucket/prefix/versions/<id>, as s3fs names it
+    published: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.path}"
+
+
+class _VersionPin:
+    """One reader's hold on one version, released when the last object referring to it
+    (a Zarr store, a key being served) is garbage-collected."""
+
+    _serial = itertools.count()
+
+    def __init__(self, pins: _VersionPins, version: Version):
+        self.version = version
+        self.serial = next(self._serial)
+        weakref.finalize(self, pins.release, version.id)
+
+
+class _VersionPins:
+    """Versions being read in this process, and the replaced or deleted ones whose removal
+    waits for their last reader."""
+
+    def __init__(self, remove):
+        self._remove = remove  # remove(version), blocking
+        self._lock = threading.Lock()
+        self._readers: dict[str, int] = {}
+        self._doomed: dict[str, Version] = {}
+
+    def pin(self, version: Version) -> _VersionPin:
+        with self._lock:
+            self._readers[version.id] = self._readers.get(version.id, 0) + 1
+        return _VersionPin(self, version)
+
+    def release(self, version_id: str) -> None:
+        """A pin's finalizer (any thread, maybe the event loop's): never raises or blocks."""
+        with self._lock:
+            left = self._readers.get(version_id, 1) - 1
+            if left > 0:
+                self._readers[version_id] = left
+                return
+            self._readers.pop(version_id, None)
+            doomed = self._doomed.pop(version_id, None)
+        if doomed is not None:
+            try:
+                threading.Thread(target=self._remove, args=(doomed,), name="remove-replaced-version",
+                                 daemon=True).start()
+            except RuntimeError:  # interpreter shutdown: the next start-up sweep removes it
+                pass
+
+    def dispose(self, version: Version) -> None:
+        """Remove a version no pointer names any more: now, or when its last reader lets go."""
+        with self._lock:
+            if version.id in self._readers:
+                self._doomed[version.id] = version
+                return
+        self._remove(version)
+
+    def waiting(self) -> list[Version]:
+        with self._lock:
+            return list(self._doomed.values())
+
+
+class _PinnedFsspecStore(FsspecStore):
+    """A read-only FsspecStore on one version that keeps its pin while it, or a copy of it,
+    is referenced (by xarray, zarr, a Dask graph run in this process)."""
+
+    def __init__(self, fs, *, pin: _VersionPin, path: str = "/", read_only: bool = True,
+                 allowed_exceptions=None):
+        kwargs = {} if allowed_exceptions is None else {"allowed_exceptions": allowed_exceptions}
+        super().__init__(fs, path=path, read_only=True, **kwargs)
+        self.pin = pin
+
+    def with_read_only(self, read_only: bool = False):
+        return type(self)(self.fs, pin=self.pin, path=self.path, allowed_exceptions=self.allowed_exceptions)
+
+
+@dataclass
+class RemoteKey:
+    """A Zarr key of a published version, pinned while it is served."""
+
+    store: ObjectArrayStore
+    path: str
+    size: int
+    pin: _VersionPin
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (exclusive); a 503 when the store fails."""
+        with self.store.guard():
+            return self.store.fs.cat_file(self.path, start=start, end=end) if end > start else b""
+
+    def pieces(self, start: int, end: int) -> Iterator[bytes]:
+        for first in range(start, end, KEY_PIECE_BYTES):
+            yield self.read(first, min(end, first + KEY_PIECE_BYTES))
+
+
+def _guarded(method):
+    """Run a store method with storage failures turned into 503s (``ObjectArrayStore.guard``)."""
+    @wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.guard():
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+class ObjectArrayStore(ArrayStore):
+    """``ArrayStore`` on an object store URL (``s3://bucket/prefix``): the same arrays, Zarr
+    groups and HTTP keys; versions and pointers instead of directories and renames. Every
+    method is blocking."""
+
+    def __init__(self, url: str, *, options: dict, state_dir: Path, chunk_bytes: int, max_upload_bytes: int,
+                 create_bucket: bool = False):
+        import s3fs  # only a service with an s3:// data root needs it
+
+        match = _URL.fullmatch(url.rstrip("/"))
+        if not match:
+            raise StorageUnavailable(f"data_root must be a local path or s3://BUCKET[/PREFIX], got {url!r}")
+        self.bucket = match.group(1)
+        prefix = (match.group(2) or "").strip("/")
+        self.base = f"{self.bucket}/{prefix}" if prefix else self.bucket
+        self.root = self.url = f"s3://{self.base}"
+        self.chunk_bytes = chunk_bytes
+        self.max_upload_bytes = max_upload_bytes
+        self.options = options
+        self._secrets = [v for k, v in options.items() if k in ("key", "secret", "token") and isinstance(v, str) and v]
+        # The API process's own client: no listing cache (another request may just have written).
+        self.fs = s3fs.S3FileSystem(**options, use_listings_cache=False, skip_instance_cache=True)
+        self.state_dir = Path(state_dir).resolve()
+        self.tmp = self.state_dir / "tmp"  # local upload spools only
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self._pins = _VersionPins(self._remove_version)
+        self._check_bucket(create_bucket)
+
+    # --- errors ---------------------------------------------------------------------------
+
+    def _clean(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def unavailable(self, error: BaseException) -> ServiceError:
+        """The 503 for a storage failure: names the data root, never a secret."""
+        detail = self._clean(f"{type(error).__name__}: {error}")[:500]
+        return ServiceError(503, STORAGE_UNAVAILABLE, f"the data root {self.url} is unavailable ({detail}); "
+                                                      "try again later or ask the operator")
+
+    def guard(self):
+        """A context turning storage failures (anything but the service's own errors) into 503s."""
+        return _Guard(self)
+
+    def _check_bucket(self, create: bool) -> None:
+        endpoint = (self.options.get("client_kwargs") or {}).get("endpoint_url", "the default AWS endpoint")
+        try:
+            self.fs.call_s3("head_bucket", Bucket=self.bucket)
+            return
+        except FileNotFoundError:
+            if not create:
+                raise StorageUnavailable(
+                    f"data root {self.url}: the bucket {self.bucket!r} does not exist at {endpoint}; create it, or "
+                    "set CHUNKED_TENSOR_OPS_S3_CREATE_BUCKET=true to have the service create it") from None
+        except Exception as error:
+            raise StorageUnavailable(f"data root {self.url}: cannot reach the bucket at {endpoint}: "
+                                     f"{self._clean(f'{type(error).__name__}: {error}')}") from None
+        try:
+            self.fs.call_s3("create_bucket", Bucket=self.bucket)
+        except Exception as error:
+            raise StorageUnavailable(f"data root {self.url}: cannot create the bucket {self.bucket!r} at {endpoint}: "
+                                     f"{self._clean(f'{type(error).__name__}: {error}')}") from None
+
+    # --- names, pointers, versions ----------------------------------------------------------
+
+    def _ref(self, name: str) -> str:
+        return f"{self.base}/refs/{check_name(name)}"
+
+    def path(self, name: str) -> str:
+        """The pointer object of ``name`` (the name checked)."""
+        return self._ref(name)
+
+    def _current(self, name: str) -> Version | None:
+        try:
+            pointer = json.loads(self.fs.cat_file(self._ref(name)))
+        except FileNotFoundError:
+            return None
+        return self._version(str(pointer["version"]), published=True)
+
+    def _version(self, version_id: str, published: bool = False) -> Version:
+        return Version(version_id, f"{self.base}/versions/{version_id}", published)
+
+    def _pinned_current(self, name: str) -> _VersionPin:
+        """A pin on the version ``name`` points to, taken before checking that it still does
+        (a publish that flipped the pointer meanwhile has disposed of it, or will wait)."""
+        for _ in range(16):
+            version = self._current(name)
+            if version is None:
+                raise no_such_array(name)
+            pin = self._pins.pin(version)
+            again = self._current(name)
+            if again is not None and again.id == version.id:
+                return pin
+            del pin
+        raise conflict(f"the array {name!r} is being replaced by other requests; try again")
+
+    def _remove_version(self, version: Version) -> None:
+        """Remove a version's objects; a failure is logged (the start-up sweep retries)."""
+        try:
+            self.fs.rm(version.path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except Exception as error:
+            log.warning("could not remove %s: %s", version.url, self._clean(str(error)))
+
+    @_guarded
+    def exists(self, name: str) -> bool:
+        return self.fs.exists(self._ref(name))
+
+    @_guarded
+    def names(self) -> list[str]:
+        try:
+            keys = self.fs.ls(f"{self.base}/refs", detail=False)
+        except FileNotFoundError:
+            return []
+        names = (key.rsplit("/", 1)[-1] for key in keys)
+        return sorted(n for n in names if NAME.fullmatch(n) and not n.startswith("."))
+
+    @_guarded
+    def locate(self, name: str, path: Version | None = None) -> Located:
+        version = self._current(name) if path is None else path
+        if version is None:
+            raise no_such_array(name)
+        try:
+            group = json.loads(self.fs.cat_file(f"{version.path}/zarr.json"))
+        except FileNotFoundError:
+            raise no_such_array(name) from None
+        return located(name, version, group)
+
+    @_guarded
+    def sweep(self) -> None:
+        """Remove local spools, and versions no pointer names (left by a service that stopped
+        mid-upload or mid-job). One service per data root, as for a local one."""
+        super().sweep()
+        named = {v.id for v in (self._current(n) for n in self.names()) if v is not None}
+        try:
+            versions = self.fs.ls(f"{self.base}/versions", detail=False)
+        except FileNotFoundError:
+            return
+        for key in versions:
+            version_id = key.rstrip("/").rsplit("/", 1)[-1]
+            if version_id not in named:
+                self._remove_version(self._version(version_id))
+
+    # --- reading --------------------------------------------------------------------------
+
+    def _zarr_store(self, version: Version, read_only: bool, sub: str = "") -> FsspecStore:
+        url = f"{version.url}/{sub}" if sub else version.url
+        return FsspecStore.from_url(url, storage_options=self.options, read_only=read_only)
+
+    @_guarded
+    def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:
+        """The stored array, lazily (see ``ArrayStore.open``). The graph reads the version
+        current at this call straight from the object store; workers open it with the storage
+        options the graph carries. ``pinned=True`` also keeps that version from removal by an
+        overwrite or a delete until the DataArray and its graph are gone."""
+        if pinned:
+            pin = self._pinned_current(name)
+            found = self.locate(name, pin.version)
+            plain = self._zarr_store(pin.version, read_only=True)
+            source = _PinnedFsspecStore(plain.fs, pin=pin, path=plain.path)
+        else:
+            found = self.locate(name)
+            source = self._zarr_store(found.path, read_only=True)
+        ds = xr.open_zarr(source, zarr_format=3, consolidated=True, mask_and_scale=False,
+                          chunks={} if chunks is None else chunks)
+        arr = ds[found.variable]
+        arr.attrs.pop("_FillValue", None)
+        arr.attrs = {**ds.attrs, **arr.attrs}
+        arr.encoding = {}
+        return from_stored(arr)
+
+    info = _guarded(ArrayStore.info)
+    read_small = _guarded(ArrayStore.read_small)
+
+    @_guarded
+    def iter_npy(self, name: str, piece_bytes: int | None = None):
+        dtype, length, pieces = super().iter_npy(name, piece_bytes)
+
+        def guarded_pieces():
+            with self.guard():  # headers are sent by now: a failure cuts the body short
+                yield from pieces
+        return dtype, length, guarded_pieces()
+
+    @_guarded
+    def open_key(self, name: str, key: str) -> RemoteKey | None:
+        """Zarr key ``key`` of the current version of ``name`` (None: no such key); only keys
+        made of ``[A-Za-z0-9_.-]`` parts, so never one outside the array's version."""
+        pin = self._pinned_current(name)
+        parts = key.split("/")
+        if not key or not all(_KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+            return None
+        path = f"{pin.version.path}/{key}"
+        try:
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        if info.get("type") != "file":
+            return None
+        return RemoteKey(self, path, int(info["size"]), pin)
+
+    def key_path(self, name: str, key: str):
+        raise NotImplementedError("an object store has no key files; use open_key")
+
+    # --- writing --------------------------------------------------------------------------
+
+    def new_version(self, prefix: str) -> Version:
+        """A fresh version prefix (nothing is written until Zarr writes into it)."""
+        return self._version(f"{prefix}{uuid.uuid4().hex}")
+
+    def zarr_target(self, location: Version, sub: str = "") -> FsspecStore:
+        """A writable Zarr store on ``location`` (picklable: Dask workers write through it)."""
+        return self._zarr_store(location, read_only=False, sub=sub)
+
+    def discard(self, location: Version) -> None:
+        if not location.published:
+            self._remove_version(location)
+
+    write_skeleton = _guarded(ArrayStore.write_skeleton)
+    zip_upload = _guarded(ArrayStore.zip_upload)
+
+    @_guarded
+    def publish(self, built: Version, name: str, overwrite: bool) -> None:
+        """Make ``built`` the array ``name``: one PUT of its pointer. A new name is a
+        conditional PUT (409 if the name exists and ``overwrite`` is false); a replaced
+        version is removed now, or when its last pinned reader in this process lets go."""
+        ref = self._ref(name)
+        pointer = json.dumps({"version": built.id, "published": now()}).encode()
+        if not overwrite:
+            try:
+                self.fs.pipe_file(ref, pointer, IfNoneMatch="*")
+            except FileExistsError:
+                self.discard(built)
+                raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it") from None
+            built.published = True
+            return
+        old = self._current(name)
+        self.fs.pipe_file(ref, pointer)
+        built.published = True
+        if old is not None and old.id != built.id:
+            self._pins.dispose(old)
+
+    @_guarded
+    def delete(self, name: str) -> None:
+        """Remove the pointer (the name is gone at once), then the version (now, or when its
+        last pinned reader lets go)."""
+        old = self._current(name)
+        if old is None:
+            raise no_such_array(name)
+        try:
+            self.fs.rm_file(self._ref(name))
+        except FileNotFoundError:
+            raise no_such_array(name) from None
+        self._pins.dispose(old)
+
+    @_guarded
+    def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
+                   overwrite: bool) -> NpyUpload:
+        if self.exists(name) and not overwrite:
+            raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
+        return _GuardedNpyUpload(self, name, dims, chunks, declared_dtype, overwrite)
+
+
+class _GuardedNpyUpload(NpyUpload):
+    """An NPY upload into an object store: storage failures are 503s."""
+
+    def flush(self) -> None:
+        with self.store.guard():
+            super().flush()
+
+    def finish(self) -> dict:
+        with self.store.guard():
+            return super().finish()
+
+
+class _Guard:
+    """``ObjectArrayStore.guard()``: ServiceErrors (and the NPY parser's errors) pass through,
+    as do programming errors; failures of the storage become the store's 503."""
+
+    def __init__(self, store: ObjectArrayStore):
+        self.store = store
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is None or not _storage_failure(error):
+            return False
+        raise self.store.unavailable(error) from None
+
+
+def _storage_failure(error: BaseException) -> bool:
+    from service.npy import NpyError
+
+    if isinstance(error, (ServiceError, NpyError)):
+        return False
+    if isinstance(error, (OSError, TimeoutError, ConnectionError)):
+        return True
+    module = type(error).__module__ or ""
+    return module.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs"))
