@@ -505,7 +505,8 @@ class OpsAccessor:
 
     # --- GatherNd ---------------------------------------------------------------------------
 
-    def gather_nd(self, indices: xr.DataArray, *, batch_dims=0, negative_index_support=True) -> xr.DataArray:
+    def gather_nd(self, indices: xr.DataArray, *, batch_dims=0, negative_index_support=True,
+                  keep_attrs=None) -> xr.DataArray:
         """Gather at index tuples along the last dim of the ``indices`` DataArray.
 
         If that dim has a coordinate, its labels name the params dims the tuple components
@@ -513,6 +514,43 @@ class OpsAccessor:
         ``batch_dims`` leading dims (shared by name). The result has the indices' leading dims
         followed by the remaining params dims, with the indexed dims' coordinates gathered
         along (NumPy-backed indices).
+
+        Parameters
+        ----------
+        indices : xarray.DataArray
+            Integer (int32/int64) index tuples along its last dim; NumPy- or Dask-backed.
+        batch_dims : int, default 0
+            How many leading dims of ``indices`` are batch dims shared (by name) with params.
+        negative_index_support : bool, default True
+            Whether ``-1`` counts from the end; if False, negative indices are an error.
+        keep_attrs : bool, optional
+            Keep params' ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.DataArray
+            Dims: the indices' leading dims, then params' dims that were not indexed.
+
+        Raises
+        ------
+        DimensionError
+            If the labels of the tuple dim do not name params dims, or batch dims are missing.
+        InvalidArgument
+            If ``indices`` is not a DataArray or ``batch_dims`` is out of range.
+        IndexError
+            If an index is out of range (for Dask indices: when computed).
+
+        See Also
+        --------
+        ops.gather_nd
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> grid = xr.DataArray(np.arange(12).reshape(3, 4), dims=("y", "x"))
+        >>> where = xr.DataArray([[2, 0], [0, 3]], dims=("point", "axis"), coords={"axis": ["y", "x"]})
+        >>> grid.ops.gather_nd(where).values
+        array([8, 3])
         """
         params = self._obj
         if not isinstance(indices, xr.DataArray):
@@ -543,8 +581,11 @@ class OpsAccessor:
         if clash:
             raise DimensionError(f"gather_nd: dims {sorted(clash)} are in both the indices' leading dims and the result's params dims")
         work = params.transpose(*batch, *indexed, *rest)
-        data = registry.get("gather_nd").function(work.data, indices.data, batch_dims=batch_dims,
-                                                  negative_index_support=negative_index_support)
+        try:
+            data = registry.get("gather_nd").function(work.data, indices.data, batch_dims=batch_dims,
+                                                      negative_index_support=negative_index_support)
+        except (InvalidArgument, IndexError) as error:  # positional wording -> dim names
+            raise type(error)(_conventions.gather_in_dim_terms(str(error), work.dims, indices.dims)) from None
         coords = {name: c.variable for name, c in indices.coords.items() if tuple_dim not in c.dims}
         for name, coord in params.coords.items():
             if set(coord.dims) <= set(rest) and name not in coords:
@@ -556,65 +597,121 @@ class OpsAccessor:
                     coords[dim] = xr.Variable(lead, picked, params[dim].attrs)
         attrs = _history(params, "gather_nd", batch_dims=b, negative_index_support=negative_index_support,
                          indexed_dims=indexed)
-        return xr.DataArray(data, dims=(*lead, *rest), coords=coords, attrs=attrs, name=params.name)
+        out = xr.DataArray(data, dims=(*lead, *rest), coords=coords, attrs=attrs, name=params.name)
+        return _conventions.apply_keep_attrs(out, keep_attrs)
 
     # --- AscendDequant ----------------------------------------------------------------------
 
     def ascend_dequant(self, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,
-                       group_size=None, align_output=False) -> xr.DataArray:
-        """AscendDequant of a 1-D or 2-D src; scales are numbers or DataArrays aligned by dim name.
+                       group_size=None, align_output=False, keep_attrs=None) -> xr.DataArray:
+        """AscendDequant, ``dst(f32(src) * f32(scale))``, with the scale matched by dim name.
 
-        Classic: a vector scale's dim names the column dim. per_token: the scale's dim names
-        the row (token) dim. per_group: the scale shares one dim with src; the other src dim is
-        the grouped one (k_dim is read from it). Rows/columns may come in either order.
+        src may have any number of dims: the column dim is found from the scale (below) and
+        all other dims are the rows, flattened in their order (lazily) and restored after, so
+        ``(batch, token, channel)`` works as ``[batch * token, channel]``.
+
+        - classic (``policy=None``): a number, or a 1-D DataArray whose dim is the column dim;
+          a plain number or array applies along the last dim.
+        - ``"per_token"``: a DataArray with every dim of src except the column dim.
+        - ``"per_group"``: a DataArray with one group dim of its own and every dim of src except
+          the grouped one: grouping the last dim is ``k_dim=1``; grouping the first dim of a
+          2-D src is ``k_dim=0``.
+
+        Labelled dims are aligned by label (``.sel``), so scales may come in any order.
+
+        Parameters
+        ----------
+        deq_scale : float, numpy.ndarray or xarray.DataArray
+            The scale. float16 output takes packed uint64 scales:
+            ``deq_scale=ops.pack_deq_scale(scale)``.
+        dst_dtype : {"float16", "bfloat16", "float32"} or numpy.dtype
+            The output dtype.
+        calc_count : int, optional
+            Classic: columns scaled (the rest pass through); policies: elements scaled, a
+            multiple of the column count, counted over the flattened rows.
+        mode : {"single_row", "multi_row"}, default "single_row"
+            The device's reading of a single row (see ``ops.ascend_dequant``).
+        policy : {None, "per_token", "per_group"}, default None
+            How the scale maps onto the elements (above).
+        group_size : int, optional
+            Group length for ``policy="per_group"`` (a multiple of 32).
+        align_output : bool, default False
+            Pad the column dim with zeros to a multiple of 32 bytes (its coordinates are then
+            dropped).
+        keep_attrs : bool, optional
+            Keep ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.DataArray
+            src's dims in src's order, dtype ``dst_dtype``; lazy if src is Dask-backed.
+
+        Raises
+        ------
+        DimensionError
+            If the scale's dims do not fit src's as the policy requires.
+        InvalidArgument
+            If a dtype, shape or parameter is not supported (the message names the fix).
+
+        See Also
+        --------
+        ops.ascend_dequant, ops.pack_deq_scale
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> src = xr.DataArray(np.arange(12, dtype=np.int32).reshape(2, 3, 2), dims=("batch", "token", "channel"))
+        >>> scale = xr.DataArray(np.array([0.5, 2.0], np.float32), dims="channel")
+        >>> out = src.ops.ascend_dequant(scale, dst_dtype="float32")
+        >>> out.dims, out.values[1, 2].tolist()
+        (('batch', 'token', 'channel'), [5.0, 22.0])
+        >>> src.ops.ascend_dequant(ops.pack_deq_scale(scale), dst_dtype="float16").dtype
+        dtype('float16')
         """
         src = self._obj
-        if src.ndim not in (1, 2):
-            raise DimensionError(f"ascend_dequant: src must have 1 or 2 dims, got {src.dims}")
-        if src.ndim == 1:
-            src = src.expand_dims(_TEMPORARY_BATCH)
-        scale = deq_scale
-        rows, cols = src.dims
-        k_dim = 1
-        if isinstance(scale, xr.DataArray) and scale.ndim:
-            shared = [d for d in scale.dims if d in src.dims]
-            if policy == "per_group":
-                if len(shared) != 1 or scale.ndim != 2:
-                    raise DimensionError(
-                        f"ascend_dequant: a per_group scale must share exactly one dim with src {src.dims} "
-                        f"and have one group dim, got {scale.dims}"
-                    )
-                grouped = next(d for d in src.dims if d not in shared)
-                group = next(d for d in scale.dims if d not in shared)
-                k_dim = src.dims.index(grouped)
-                scale = scale.transpose(*((group, shared[0]) if k_dim == 0 else (shared[0], group)))
-            else:
-                if len(shared) != 1 or scale.ndim != 1:
-                    raise DimensionError(
-                        f"ascend_dequant: the scale must have one dim of src {src.dims}, got {scale.dims}"
-                    )
-                if policy == "per_token":
-                    rows, cols = shared[0], next(d for d in src.dims if d != shared[0])
-                else:
-                    cols, rows = shared[0], next(d for d in src.dims if d != shared[0])
-            scale = _aligned(scale, src, shared[0])
-        work = src.transpose(rows, cols)
-        values = scale.data if isinstance(scale, xr.DataArray) else scale
-        data = registry.get("ascend_dequant").function(work.data, values, dst_dtype=dst_dtype, calc_count=calc_count, mode=mode,
-                              policy=policy, group_size=group_size,
-                              k_dim=k_dim if policy == "per_group" else 1, align_output=align_output)
-        padded = data.shape[1] != work.shape[1]
-        coords = _kept_coords(src, {cols} if padded else set())
-        attrs = _history(self._obj, "ascend_dequant", dst_dtype=str(np.dtype(data.dtype)), policy=policy)
-        out = xr.DataArray(data, dims=work.dims, coords=coords, attrs=attrs, name=self._obj.name)
-        out = out.transpose(*src.dims)
-        return out.isel({_TEMPORARY_BATCH: 0}, drop=True) if _TEMPORARY_BATCH in out.dims else out
+        out = dequant_by_name(src, deq_scale, function=registry.get("ascend_dequant").function,
+                              dst_dtype=dst_dtype, calc_count=calc_count, mode=mode, policy=policy,
+                              group_size=group_size, align_output=align_output)
+        out.attrs = _history(src, "ascend_dequant", dst_dtype=str(np.dtype(out.dtype)), policy=policy)
+        return _conventions.apply_keep_attrs(out, keep_attrs)
 
     # --- Inverse ------------------------------------------------------------------------------
 
-    def invert(self) -> xr.DataArray:
-        """Undo the last operator recorded in ``attrs["ops_history"]`` (DepthToSpace <->
-        SpaceToDepth, SpaceToBatchND <-> BatchToSpaceND with crops = paddings)."""
+    def invert(self, *, keep_attrs=None) -> xr.DataArray:
+        """Undo the last operator recorded in ``attrs["ops_history"]``.
+
+        DepthToSpace <-> SpaceToDepth with the same block size, mode and dims;
+        SpaceToBatchND <-> BatchToSpaceND with crops = paddings. The result has the attrs
+        from before the undone step.
+
+        Parameters
+        ----------
+        keep_attrs : bool, optional
+            Keep ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True. False gives
+            a result without attrs.
+
+        Returns
+        -------
+        xarray.DataArray
+            The array before the last step, lazy if the input is Dask-backed.
+
+        Raises
+        ------
+        NotApplicable
+            If ``attrs`` has no ``ops_history``.
+        InvalidArgument
+            If the last step has no inverse (GatherNd, AscendDequant).
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> x = xr.DataArray(np.arange(16).reshape(4, 4, 1), dims=("y", "x", "band"))
+        >>> x.ops.space_to_depth(2).ops.invert().equals(x)
+        True
+        """
+        return _conventions.apply_keep_attrs(self._invert(), keep_attrs, history=False)
+
+    def _invert(self) -> xr.DataArray:
         arr = self._obj
         steps = json.loads(arr.attrs.get(HISTORY, "[]"))
         if not steps:
@@ -647,16 +744,6 @@ def _layout(dims, roles) -> str:
     return "NHWC"
 
 
-def _aligned(scale: xr.DataArray, src: xr.DataArray, dim: str) -> xr.DataArray:
-    """The scale reordered to src's labels along ``dim`` when both are labelled."""
-    if dim in scale.indexes and dim in src.indexes:
-        try:
-            return scale.sel({dim: src.indexes[dim]})
-        except KeyError as error:
-            raise InvalidArgument(f"ascend_dequant: deq_scale has no value for {dim}={error}") from None
-    return scale
-
-
 # ---------------------------------------------------------------------------------------------
 # Dataset accessor
 
@@ -664,17 +751,37 @@ def _aligned(scale: xr.DataArray, src: xr.DataArray, dim: str) -> xr.DataArray:
 @xr.register_dataset_accessor("ops")
 class OpsDatasetAccessor:
     """``Dataset.ops``: an operator applied to every data variable that has the dims it needs;
-    the others are left untouched (and must not share a dim whose size changes)."""
+    the others are left untouched (and must not share a dim whose size changes).
+
+    Each method takes the parameters of the ``DataArray.ops`` method of the same name and
+    returns a Dataset; ``keep_attrs`` applies to the Dataset's attrs and each variable's.
+
+    Examples
+    --------
+    >>> import numpy as np, xarray as xr, ops
+    >>> ds = xr.Dataset({"t": (("y", "x", "band"), np.zeros((2, 2, 4)))})
+    >>> print(repr(ds.ops).splitlines()[1])
+    Layout: NHWC
+    """
 
     def __init__(self, obj: xr.Dataset):
         self._obj = obj
 
-    def _apply(self, method: str, *args, **kwargs) -> xr.Dataset:
+    def __repr__(self) -> str:
+        try:
+            roles, problem = find_dims(tuple(self._obj.dims), "repr", "", "NHWCV"), None
+        except DimensionError as error:
+            roles, problem = None, str(error)
+        text = _conventions.describe(self._obj, "Dataset", roles, problem, ROLE_LABELS)
+        names = ", ".join(repr(n) for n in self._obj.data_vars) or "none"
+        return text.replace("\nOperators:", f"\nData variables: {names} (each one that has the dims)\nOperators:", 1)
+
+    def _apply(self, method: str, *args, keep_attrs=None, **kwargs) -> xr.Dataset:
         ds = self._obj
         done, untouched = {}, {}
         for name, var in ds.data_vars.items():
             try:
-                done[name] = getattr(var.ops, method)(*args, **kwargs)
+                done[name] = getattr(var.ops, method)(*args, keep_attrs=keep_attrs, **kwargs)
             except NotApplicable:
                 untouched[name] = var
         if not done:
@@ -690,28 +797,307 @@ class OpsDatasetAccessor:
                     f"{clash}, whose size changes; drop or transform it separately"
                 )
         variables = {**done, **untouched}
-        return xr.Dataset({name: variables[name] for name in ds.data_vars}, attrs=ds.attrs)
+        attrs = ds.attrs if _conventions.keep_attrs_default(keep_attrs) else {}
+        return xr.Dataset({name: variables[name] for name in ds.data_vars}, attrs=attrs)
 
-    def depth_to_space(self, block_size, *, mode="DCR", dims=None) -> xr.Dataset:
-        return self._apply("depth_to_space", block_size, mode=mode, dims=dims)
+    def depth_to_space(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.Dataset:
+        """DepthToSpace on every data variable with height, width and channel dims.
 
-    def space_to_depth(self, block_size, *, mode="DCR", dims=None) -> xr.Dataset:
-        return self._apply("space_to_depth", block_size, mode=mode, dims=dims)
+        Parameters
+        ----------
+        block_size : int
+            Block edge, >= 2 (see ``DataArray.ops.depth_to_space``).
+        mode : {"DCR", "CRD"}, default "DCR"
+            Channel order.
+        dims : dict of str to str, optional
+            Roles to dim names for names that are not recognised.
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
 
-    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None) -> xr.Dataset:
-        return self._apply("space_to_batch", block_size, paddings, dims=dims)
+        Returns
+        -------
+        xarray.Dataset
+            The transformed variables beside the untouched ones.
 
-    def space_to_batch_nd(self, block_shape, paddings=None, *, dims=None) -> xr.Dataset:
-        return self._apply("space_to_batch_nd", block_shape, paddings, dims=dims)
+        Raises
+        ------
+        DimensionError
+            If no variable has the dims, or an untouched one shares a dim whose size changes.
+        InvalidArgument
+            If a parameter is invalid for a variable that has the dims.
 
-    def batch_to_space_nd(self, block_shape, crops=None, *, dims=None) -> xr.Dataset:
-        return self._apply("batch_to_space_nd", block_shape, crops, dims=dims)
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"t": (("y", "x", "band"), np.zeros((1, 1, 4))), "name": ((), "demo")})
+        >>> dict(ds.ops.depth_to_space(2)["t"].sizes)
+        {'y': 2, 'x': 2, 'band': 1}
+        """
+        return self._apply("depth_to_space", block_size, mode=mode, dims=dims, keep_attrs=keep_attrs)
 
-    def gather_nd(self, indices, *, batch_dims=0, negative_index_support=True) -> xr.Dataset:
-        return self._apply("gather_nd", indices, batch_dims=batch_dims, negative_index_support=negative_index_support)
+    def space_to_depth(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.Dataset:
+        """SpaceToDepth on every data variable with height, width and channel dims.
 
-    def invert(self) -> xr.Dataset:
-        return self._apply("invert")
+        Parameters
+        ----------
+        block_size : int
+            Block edge, >= 2 (see ``DataArray.ops.space_to_depth``).
+        mode : {"DCR", "CRD"}, default "DCR"
+            Channel order.
+        dims : dict of str to str, optional
+            Roles to dim names for names that are not recognised.
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.Dataset
+            The transformed variables beside the untouched ones.
+
+        Raises
+        ------
+        DimensionError
+            If no variable has the dims, or an untouched one shares a dim whose size changes.
+        InvalidArgument
+            If a parameter is invalid for a variable that has the dims.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"t": (("y", "x", "band"), np.zeros((2, 2, 1)))})
+        >>> dict(ds.ops.space_to_depth(2)["t"].sizes)
+        {'y': 1, 'x': 1, 'band': 4}
+        """
+        return self._apply("space_to_depth", block_size, mode=mode, dims=dims, keep_attrs=keep_attrs)
+
+    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None, keep_attrs=None) -> xr.Dataset:
+        """SpaceToBatch (square blocks of height and width) on every data variable with N, H, W dims.
+
+        Parameters
+        ----------
+        block_size : int
+            Block edge (>= 1) for height and width.
+        paddings : array_like of int, default ((0, 0), (0, 0))
+            ``[[top, bottom], [left, right]]``.
+        dims : dict of str to str, optional
+            Roles to dim names for names that are not recognised.
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.Dataset
+            The transformed variables beside the untouched ones.
+
+        Raises
+        ------
+        DimensionError
+            If no variable has the dims, or an untouched one shares a dim whose size changes.
+        InvalidArgument
+            If a parameter is invalid for a variable that has the dims.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"t": (("n", "y", "x"), np.zeros((1, 4, 4)))})
+        >>> dict(ds.ops.space_to_batch(2)["t"].sizes)
+        {'n': 4, 'y': 2, 'x': 2}
+        """
+        return self._apply("space_to_batch", block_size, paddings, dims=dims, keep_attrs=keep_attrs)
+
+    def space_to_batch_nd(self, block_shape=None, paddings=None, *, dims=None, keep_attrs=None,
+                          **block_shape_kwargs) -> xr.Dataset:
+        """SpaceToBatchND on every data variable with the batch dim and the named spatial dims.
+
+        Parameters
+        ----------
+        block_shape : dict of str to int, optional
+            Block size per spatial dim, e.g. ``{"y": 2}``; or as keywords (not both).
+        paddings : dict of str to (int, int), optional
+            Zeros added (before, after) per spatial dim.
+        dims : dict of str to str, optional
+            The batch dim if its name is not recognised, e.g. ``{"N": "sample"}``.
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
+        **block_shape_kwargs : int
+            The keyword form of ``block_shape``.
+
+        Returns
+        -------
+        xarray.Dataset
+            The transformed variables beside the untouched ones.
+
+        Raises
+        ------
+        DimensionError
+            If no variable has the dims, or an untouched one shares a dim whose size changes.
+        InvalidArgument
+            If a parameter is invalid, or both the mapping and the keyword form are given.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"t": (("time", "y", "x"), np.zeros((1, 4, 4)))})
+        >>> dict(ds.ops.space_to_batch_nd(y=2)["t"].sizes)
+        {'time': 2, 'y': 2, 'x': 4}
+        """
+        blocks = _conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd")
+        return self._apply("space_to_batch_nd", blocks, paddings, dims=dims, keep_attrs=keep_attrs)
+
+    def batch_to_space_nd(self, block_shape=None, crops=None, *, dims=None, keep_attrs=None,
+                          **block_shape_kwargs) -> xr.Dataset:
+        """BatchToSpaceND on every data variable with the batch dim and the named spatial dims.
+
+        Parameters
+        ----------
+        block_shape : dict of str to int, optional
+            Block size per spatial dim, e.g. ``{"y": 2}``; or as keywords (not both).
+        crops : dict of str to (int, int), optional
+            Entries removed (before, after) per spatial dim.
+        dims : dict of str to str, optional
+            The batch dim if its name is not recognised, e.g. ``{"N": "sample"}``.
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
+        **block_shape_kwargs : int
+            The keyword form of ``block_shape``.
+
+        Returns
+        -------
+        xarray.Dataset
+            The transformed variables beside the untouched ones.
+
+        Raises
+        ------
+        DimensionError
+            If no variable has the dims, or an untouched one shares a dim whose size changes.
+        InvalidArgument
+            If a parameter is invalid, or both the mapping and the keyword form are given.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"t": (("time", "y", "x"), np.zeros((2, 2, 4)))})
+        >>> dict(ds.ops.batch_to_space_nd(y=2)["t"].sizes)
+        {'time': 1, 'y': 4, 'x': 4}
+        """
+        blocks = _conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "batch_to_space_nd")
+        return self._apply("batch_to_space_nd", blocks, crops, dims=dims, keep_attrs=keep_attrs)
+
+    def gather_nd(self, indices, *, batch_dims=0, negative_index_support=True, keep_attrs=None) -> xr.Dataset:
+        """GatherNd on every data variable that has the dims the ``indices`` name.
+
+        Parameters
+        ----------
+        indices : xarray.DataArray
+            Index tuples along its last dim (labels of that dim name the indexed dims).
+        batch_dims : int, default 0
+            Leading dims of ``indices`` shared with each variable.
+        negative_index_support : bool, default True
+            Whether ``-1`` counts from the end.
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.Dataset
+            The gathered variables beside the untouched ones.
+
+        Raises
+        ------
+        DimensionError
+            If no variable has the dims, or an untouched one shares a dim whose size changes.
+        IndexError
+            If an index is out of range.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"t": (("y", "x"), np.arange(6).reshape(2, 3))})
+        >>> where = xr.DataArray([[1, 2]], dims=("point", "axis"), coords={"axis": ["y", "x"]})
+        >>> ds.ops.gather_nd(where)["t"].values
+        array([5])
+        """
+        return self._apply("gather_nd", indices, batch_dims=batch_dims,
+                           negative_index_support=negative_index_support, keep_attrs=keep_attrs)
+
+    def ascend_dequant(self, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,
+                       group_size=None, align_output=False, keep_attrs=None) -> xr.Dataset:
+        """AscendDequant on every data variable that has the scale's dims and a src dtype.
+
+        Variables of another dtype (int32 is needed without a policy, int32 or float32 with
+        one) or without the scale's dims are left untouched.
+
+        Parameters
+        ----------
+        deq_scale : float, numpy.ndarray or xarray.DataArray
+            The scale (see ``DataArray.ops.ascend_dequant``).
+        dst_dtype : {"float16", "bfloat16", "float32"} or numpy.dtype
+            The output dtype.
+        calc_count : int, optional
+            Columns (classic) or elements (policies) scaled.
+        mode : {"single_row", "multi_row"}, default "single_row"
+            The device's reading of a single row.
+        policy : {None, "per_token", "per_group"}, default None
+            How the scale maps onto the elements.
+        group_size : int, optional
+            Group length for ``policy="per_group"``.
+        align_output : bool, default False
+            Pad the column dim to a multiple of 32 bytes.
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.Dataset
+            The dequantised variables beside the untouched ones.
+
+        Raises
+        ------
+        DimensionError
+            If no variable fits, or an untouched one shares a dim whose size changes.
+        InvalidArgument
+            If a parameter is invalid for a variable that fits.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"acc": (("token", "channel"), np.full((2, 2), 4, np.int32)),
+        ...                  "mask": (("token",), np.array([True, False]))})
+        >>> out = ds.ops.ascend_dequant(0.5, dst_dtype="float32")
+        >>> out["acc"].values.tolist(), out["mask"].dtype
+        ([[2.0, 2.0], [2.0, 2.0]], dtype('bool'))
+        """
+        return self._apply("ascend_dequant", deq_scale, dst_dtype=dst_dtype, calc_count=calc_count, mode=mode,
+                           policy=policy, group_size=group_size, align_output=align_output, keep_attrs=keep_attrs)
+
+    def invert(self, *, keep_attrs=None) -> xr.Dataset:
+        """Undo the last operator on every data variable that records one in ``ops_history``.
+
+        Parameters
+        ----------
+        keep_attrs : bool, optional
+            Keep attrs; default ``xr.set_options(keep_attrs=...)``, else True.
+
+        Returns
+        -------
+        xarray.Dataset
+            The variables before their last step, beside the untouched ones.
+
+        Raises
+        ------
+        DimensionError
+            If no variable has an ``ops_history``.
+        InvalidArgument
+            If a last step has no inverse.
+
+        Examples
+        --------
+        >>> import numpy as np, xarray as xr, ops
+        >>> ds = xr.Dataset({"t": (("y", "x", "band"), np.arange(16.0).reshape(4, 4, 1))})
+        >>> ds.ops.space_to_depth(2).ops.invert().equals(ds)
+        True
+        """
+        return self._apply("invert", keep_attrs=keep_attrs)
 
 
 # ---------------------------------------------------------------------------------------------

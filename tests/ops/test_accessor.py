@@ -199,7 +199,7 @@ def test_gather_nd_errors():
         arr.ops.gather_nd(xr.DataArray(np.array([[0, 0]]), dims=("p", "c"), coords={"c": ["y", "z"]}))
     with pytest.raises(DimensionError, match=r"must name distinct, non-batch params dims"):
         arr.ops.gather_nd(xr.DataArray(np.array([[0, 0]]), dims=("p", "c"), coords={"c": ["y", "y"]}))
-    with pytest.raises(IndexError, match=r"indices\[0, 1\] = 6 is out of range for dimension 1 of size 6"):
+    with pytest.raises(IndexError, match=r"indices\[\{'p': 0, 'c': 1\}\] = 6 is out of range for params dim 'x' of size 6"):
         arr.ops.gather_nd(xr.DataArray(np.array([[0, 6]]), dims=("p", "c"), coords={"c": ["y", "x"]}))
 
 
