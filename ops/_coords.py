@@ -399,10 +399,11 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
 
 
 def _encode(values: np.ndarray):
+    """Nested lists of plain JSON values that ``_decode`` turns back into the same array."""
     if values.dtype.kind in "mM":
-        return [str(v) for v in values.astype(str)]
+        return values.astype(str).tolist()
     if values.dtype.kind == "f":
-        return [float(v) for v in values.astype(np.float64)]  # repr round-trips every float
+        return values.astype(np.float64).tolist()  # JSON writes a float's repr: exact
     return values.tolist()
 
 
@@ -427,25 +428,30 @@ def _same(a: xr.Variable, b: xr.Variable) -> bool:
 
 
 def record_for_inverse(plan: Plan, arr: xr.DataArray, inverse_plan: Plan, touched) -> None:
-    """Put into ``plan.record`` every 1-D coordinate of ``arr`` on a touched dim that the
-    inverse (``inverse_plan``, computed from ``plan.coords`` without warnings) does not restore
-    bit for bit, as plain JSON. Very long ones are left out, with a warning."""
+    """Put into ``plan.record`` every coordinate of ``arr`` on a touched dim that the inverse
+    (``inverse_plan``, computed from ``plan.coords`` without warnings) does not restore bit for
+    bit, as plain JSON. Past MAX_RECORDED_VALUES values in all, they are left out, with a warning."""
     record, total = {}, 0
     for name, coord in arr.coords.items():
         var = coord.variable
-        if len(var.dims) != 1 or var.dims[0] not in touched:
+        if not set(var.dims) & set(touched):
             continue
         again = inverse_plan.coords.get(name)
         if again is not None and _same(again, var):
             continue
         values = np.asarray(var.values)
-        attrs = _jsonable(var.attrs)
-        if values.dtype.kind not in "biufmMUO" or attrs is None or total + values.size > MAX_RECORDED_VALUES:
-            _warn(f"coordinate {name!r} cannot be recorded for invert() (its dtype, attrs or size): "
+        item = None
+        if values.dtype.kind in "biufmMUO" and total + values.size <= MAX_RECORDED_VALUES:
+            item = {"dims": [str(d) for d in var.dims], "dtype": "O" if values.dtype.kind == "O" else values.dtype.str,
+                    "values": _encode(values), "attrs": _jsonable(var.attrs)}
+            if item["attrs"] is None or _jsonable({"values": item["values"]}) is None:
+                item = None
+        if item is None:
+            _warn(f"coordinate {name!r} ({values.size} values of {values.dtype}) is not recorded in "
+                  f"attrs[{HISTORY!r}] (past {MAX_RECORDED_VALUES} values, or not plain JSON): "
                   "invert() will not restore it")
             continue
-        record[str(name)] = {"dims": [str(var.dims[0])], "dtype": values.dtype.str if values.dtype.kind != "O" else "O",
-                             "values": _encode(values), "attrs": attrs}
+        record[str(name)] = item
         total += values.size
     plan.record = record
     # Coordinates the inverse would add that ``arr`` did not have (SpaceToDepth's provenance

@@ -219,3 +219,22 @@ def test_dataset_two_steps_through_zarr_and_back(tmp_path):
     out.to_zarr(tmp_path / "d.zarr")
     back = xr.open_zarr(tmp_path / "d.zarr").load().ops.invert().ops.invert()
     xr.testing.assert_identical(back, ds)
+
+
+def test_invert_restores_datetime_and_2d_coordinates_from_the_record(monkeypatch):
+    when = np.array(["2026-01-01", "2026-01-02", "2026-01-04", "2026-01-08"], dtype="datetime64[ns]")
+    arr = _grid(when, 5.0 + 10 * np.arange(4)).assign_coords(
+        lat=(("y", "x"), np.linspace(40, 41, 16).reshape(4, 4), {"units": "degrees_north"}))
+    with pytest.warns(CoordinateDropped) as caught:
+        out = arr.ops.depth_to_space(2)
+    assert sorted(str(w.message).split("'")[1] for w in caught) == ["lat", "y"]
+    step = json.loads(out.attrs["ops_history"])[-1]
+    assert step["coords"]["y"]["values"][2].startswith("2026-01-04T00:00:00")
+    xr.testing.assert_identical(out.ops.invert(), arr)
+    # Past the size limit the record is left out, and the warning says invert() cannot restore it.
+    monkeypatch.setattr("ops._coords.MAX_RECORDED_VALUES", 10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = arr.ops.depth_to_space(2)
+    assert any("'lat' (16 values of float64) is not recorded" in str(w.message) for w in caught)
+    assert "lat" not in out.ops.invert().coords and out.ops.invert()["y"].equals(arr["y"])
