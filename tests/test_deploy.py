@@ -346,8 +346,9 @@ def test_the_image_installs_this_project_without_the_test_extra():
         for source in sources:
             assert (REPO / source).exists(), f"COPY {source}: no such file in the build context"
             assert not dockerignored(source), f"COPY {source}: excluded by .dockerignore"
-            target = destination if destination not in ("./", ".") else source
-            copied.add(str((Path(workdir) / target).relative_to(workdir)).rstrip("/"))
+            target = Path(workdir) / (destination if destination not in ("./", ".") else source)
+            if target.is_relative_to(workdir):  # what `pip install .` in the WORKDIR sees
+                copied.add(str(target.relative_to(workdir)).rstrip("/"))
     assert {"pyproject.toml", PYPROJECT["project"]["readme"]} <= copied
     include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = find_packages(str(REPO), include=include)
@@ -377,6 +378,20 @@ def test_the_image_command_is_the_installed_console_script():
     check = json.loads(health.arguments.split(" CMD ", 1)[1])
     code = healthcheck_code(["CMD", *check])
     assert f"127.0.0.1:{settings.port}/healthz" in code
+
+
+def test_the_image_answers_to_the_dask_script_names_of_the_helm_chart_and_the_operator():
+    """``dask-scheduler``/``dask-worker`` (deploy/bin, copied next to ``dask`` in the venv) run
+    ``dask scheduler``/``dask worker`` with the same arguments."""
+    copies = [i.arguments.split() for i in dockerfile() if i.keyword == "COPY"]
+    assert ["deploy/bin/", "/opt/venv/bin/"] in copies, copies
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    for role, banner in (("scheduler", "Launch a Dask scheduler"), ("worker", "Launch a Dask worker")):
+        shim = DEPLOY / "bin" / f"dask-{role}"
+        assert os.access(shim, os.X_OK), f"{shim} is not executable"
+        assert not dockerignored(f"deploy/bin/dask-{role}")
+        out = subprocess.run([str(shim), "--help"], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0 and banner in out.stdout, out.stderr
 
 
 def test_the_build_context_leaves_out_what_the_image_must_not_carry():
