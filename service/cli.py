@@ -18,7 +18,8 @@ def _serve_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--host", help=f"address to listen on (default 127.0.0.1; {ENV_PREFIX}HOST)")
     add("--port", type=int, help=f"port (default 8000; {ENV_PREFIX}PORT)")
-    add("--data-root", help=f"where arrays and job records live (default ./data; {ENV_PREFIX}DATA_ROOT)")
+    add("--data-root", help=f"where arrays and job records live: a directory or s3://BUCKET/PREFIX "
+                            f"(docs/storage.md; default ./data; {ENV_PREFIX}DATA_ROOT)")
     add("--scheduler", help=f"tcp://HOST:PORT of an existing Dask scheduler; default: an embedded "
                             f"LocalCluster ({ENV_PREFIX}SCHEDULER)")
     add("--token", help=f"require Authorization: Bearer TOKEN ({ENV_PREFIX}TOKEN)")
@@ -43,7 +44,7 @@ def serve(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     print(f"chunked-tensor-ops: serving on http://{settings.host}:{settings.port} "
-          f"(data root {settings.data_root.resolve()}, "
+          f"(data root {settings.data_root_text()}, "
           f"{'scheduler ' + settings.scheduler if settings.scheduler else 'embedded Dask cluster'})", flush=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level)
     return 0

@@ -1,0 +1,436 @@
+"""The service on an object store: a data root ``s3://bucket/prefix`` on a real S3-compatible
+server (moto in server mode, started on 127.0.0.1 for this module), with Dask worker
+processes that read and write the bucket themselves.
+
+The API process's own S3 calls are recorded (a wrapper on s3fs's one entry point to the S3
+API, in this process only: the workers are separate processes), so a test can check that a
+job's chunk bytes never pass through it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import s3fs
+import uvicorn
+import xarray as xr
+from fastapi.testclient import TestClient
+
+from ops import dtypes
+from service.app import create_app
+from service.objectstore import STORAGE_UNAVAILABLE, ObjectArrayStore, StorageUnavailable, open_store
+from tests.service.conftest import NPY, assert_problem, eventually, inline, load_npy, make_settings, npy_bytes
+
+BUCKET = "tensors"
+PREFIX = "service"
+KEY, SECRET = "test-key-id", "test-secret-value-0123456789"
+CHUNK_BYTES = 64 * 1024
+
+
+# --- the S3 server and the service on it --------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_moto() -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return process, endpoint
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"moto_server did not start on port {port}")
+            time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def raw_fs(endpoint: str) -> s3fs.S3FileSystem:
+    """A client of our own, to look into the bucket behind the service's back."""
+    return s3fs.S3FileSystem(key=KEY, secret=SECRET, client_kwargs={"endpoint_url": endpoint},
+                             use_listings_cache=False, skip_instance_cache=True)
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    process, url = start_moto()
+    try:
+        raw_fs(url).mkdir(BUCKET)
+        yield url
+    finally:
+        stop(process)
+
+
+class S3Calls:
+    """The S3 API calls this process makes (method, key), while recording."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def install(self, monkeypatch) -> None:
+        original = s3fs.S3FileSystem._call_s3
+        calls = self
+
+        async def recorded(fs, method, *args, **kwargs):
+            with calls.lock:
+                calls.calls.append((method, str(kwargs.get("Key", ""))))
+            return await original(fs, method, *args, **kwargs)
+
+        monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", recorded)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.calls.clear()
+
+    def gets(self, key_part: str) -> list[str]:
+        with self.lock:
+            return [key for method, key in self.calls if method == "get_object" and key_part in key]
+
+
+@pytest.fixture(scope="module")
+def s3_calls():
+    patch = pytest.MonkeyPatch()
+    calls = S3Calls()
+    calls.install(patch)
+    yield calls
+    patch.undo()
+
+
+def s3_settings(endpoint: str, state_dir: Path, **overrides):
+    values = dict(data_root=f"s3://{BUCKET}/{PREFIX}", state_dir=state_dir, s3_endpoint_url=endpoint,
+                  s3_key=KEY, s3_secret=SECRET, chunk_bytes=CHUNK_BYTES)
+    values.update(overrides)
+    return make_settings(values.pop("data_root"), **values)
+
+
+@pytest.fixture(scope="module")
+def client(endpoint, s3_calls, tmp_path_factory):
+    """The service on s3://tensors/service with one Dask worker process."""
+    settings = s3_settings(endpoint, tmp_path_factory.mktemp("state"), cluster_processes=True, n_workers=1,
+                           threads_per_worker=2, memory_limit="1GiB")
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def bucket(endpoint):
+    return raw_fs(endpoint)
+
+
+def store_of(client) -> ObjectArrayStore:
+    return client.app.state.services.store
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+def put(client, name: str, array: np.ndarray, **params):
+    headers = {"Content-Type": NPY}
+    wire = array
+    if array.dtype == dtypes.bfloat16:
+        wire = array.view("<u2")
+        headers["X-Array-Dtype"] = "bfloat16"
+    response = client.put(f"/arrays/{name}", content=npy_bytes(wire), headers=headers, params=params)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def execute(client, process: str, inputs: dict, *, mode: str, name: str | None = None, headers=None):
+    output = {"format": {"mediaType": NPY}, "transmissionMode": mode}
+    if name:
+        output["name"] = name
+    return client.post(f"/processes/{process}/execution", headers=headers or {},
+                       json={"inputs": inputs, "outputs": {"result": output}, "response": "raw"})
+
+
+def wait_job(client, job_id: str, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = client.get(f"/jobs/{job_id}").json()
+        if info["status"] not in ("accepted", "running"):
+            return info
+        assert time.monotonic() < deadline, info
+        time.sleep(0.05)
+
+
+def depth_to_space(x: np.ndarray, block: int) -> np.ndarray:
+    """NHWC DepthToSpace (DCR) written out with NumPy reshapes: the truth for the service."""
+    n, h, w, c = x.shape
+    y = x.reshape(n, h, w, block, block, c // (block * block)).transpose(0, 1, 3, 2, 4, 5)
+    return y.reshape(n, h * block, w * block, c // (block * block))
+
+
+def same_bytes(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def version_of(bucket, name: str) -> str:
+    return json.loads(bucket.cat_file(f"{BUCKET}/{PREFIX}/refs/{name}"))["version"]
+
+
+def versions(bucket) -> set[str]:
+    try:
+        return {p.rsplit("/", 1)[-1] for p in bucket.ls(f"{BUCKET}/{PREFIX}/versions", detail=False)}
+    except FileNotFoundError:
+        return set()
+
+
+# --- uploads and downloads ----------------------------------------------------------------
+
+def test_npy_upload_and_download_byte_for_byte(client, bucket):
+    x = np.random.default_rng(1).standard_normal((6, 40, 30, 8), dtype=np.float32)  # 230 KiB: 4+ chunks
+    info = put(client, "s3_npy", x)
+    assert info["shape"] == list(x.shape) and info["dtype"] == "float32"
+    downloaded = client.get("/arrays/s3_npy")
+    assert downloaded.status_code == 200
+    assert downloaded.content == npy_bytes(x)
+    # stored as a version under the prefix, named by the pointer; nothing array-like left locally
+    version = version_of(bucket, "s3_npy")
+    keys = bucket.find(f"{BUCKET}/{PREFIX}/versions/{version}")
+    assert f"{BUCKET}/{PREFIX}/versions/{version}/zarr.json" in keys
+    assert len([k for k in keys if "/s3_npy/c/" in k]) >= 4
+    assert "s3_npy" in [a["name"] for a in client.get("/arrays").json()["arrays"]]
+    state = client.app.state.services.settings.state_dir
+    assert sorted(p.name for p in state.iterdir() if not p.name.startswith("jobs.sqlite")) == ["tmp"]
+    assert list((state / "tmp").iterdir()) == []
+
+
+def test_bfloat16_fortran_and_rechunked_uploads(client):
+    bf = np.arange(2 * 60 * 70, dtype=np.float32).reshape(2, 60, 70).astype(dtypes.bfloat16)
+    put(client, "s3_bf16", bf, chunks="1,32,-1")
+    got = client.get("/arrays/s3_bf16")
+    assert got.headers["x-array-dtype"] == "bfloat16"
+    same_bytes(load_npy(got.content).view(dtypes.bfloat16), bf)
+    assert client.get("/arrays/s3_bf16/info").json()["chunks"] == [1, 32, 70]
+    f = np.asfortranarray(np.arange(300 * 90, dtype=np.int32).reshape(300, 90))
+    put(client, "s3_fortran", f)
+    same_bytes(load_npy(client.get("/arrays/s3_fortran").content), np.ascontiguousarray(f))
+
+
+def test_zipped_zarr_upload(client, tmp_path):
+    values = np.random.default_rng(2).integers(-1000, 1000, (2, 8, 6, 4)).astype(np.int16)
+    ds = xr.Dataset({"image": (("n", "y", "x", "band"), values, {"units": "counts"})},
+                    coords={"y": np.arange(8) * 10.0}, attrs={"title": "zip on s3"})
+    ds.to_zarr(tmp_path / "in.zarr", zarr_format=3, consolidated=True)
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted((tmp_path / "in.zarr").rglob("*")):
+            if path.is_file():
+                zf.write(path, path.relative_to(tmp_path / "in.zarr").as_posix())
+    response = client.put("/arrays/s3_zip", content=archive.getvalue(), headers={"Content-Type": "application/zip"})
+    assert response.status_code == 201, response.text
+    info = client.get("/arrays/s3_zip/info").json()
+    assert info["dims"] == ["n", "y", "x", "band"] and info["attrs"]["units"] == "counts"
+    assert info["attrs"]["title"] == "zip on s3"
+    same_bytes(load_npy(client.get("/arrays/s3_zip").content), values)
+
+
+# --- executions ----------------------------------------------------------------------------
+
+def test_sync_inline_and_reference(client):
+    x = np.random.default_rng(3).integers(0, 100, (1, 4, 4, 8)).astype(np.int32)
+    inline_value = execute(client, "depth_to_space", {"x": inline(x), "block_size": 2}, mode="value")
+    assert inline_value.status_code == 200, inline_value.text
+    same_bytes(load_npy(inline_value.content), depth_to_space(x, 2))
+    stored = execute(client, "depth_to_space", {"x": inline(x), "block_size": 2}, mode="reference",
+                     name="s3_sync_inline")
+    assert stored.status_code == 200, stored.text
+    same_bytes(load_npy(client.get("/arrays/s3_sync_inline").content), depth_to_space(x, 2))
+
+    big = np.random.default_rng(4).standard_normal((4, 32, 32, 16), dtype=np.float32)  # 256 KiB: 4 chunks
+    put(client, "s3_sync_in", big)
+    response = execute(client, "depth_to_space", {"x": {"href": "/arrays/s3_sync_in"}, "block_size": 2},
+                       mode="reference", name="s3_sync_out")
+    assert response.status_code == 200, response.text
+    assert response.json() == {"href": "/arrays/s3_sync_out", "type": NPY}
+    same_bytes(load_npy(client.get("/arrays/s3_sync_out").content), depth_to_space(big, 2))
+
+
+def test_async_job_chunks_never_pass_through_the_api(client, bucket, s3_calls):
+    x = np.random.default_rng(5).standard_normal((8, 32, 32, 16), dtype=np.float32)  # 512 KiB: 8 chunks
+    put(client, "s3_job_in", x)
+    input_version = version_of(bucket, "s3_job_in")
+    s3_calls.clear()
+    response = execute(client, "depth_to_space", {"x": {"href": "/arrays/s3_job_in"}, "block_size": 2},
+                       mode="reference", name="s3_job_out", headers={"Prefer": "respond-async"})
+    assert response.status_code == 201, response.text
+    job_id = response.json()["jobID"]
+    assert wait_job(client, job_id)["status"] == "successful"
+    output_version = version_of(bucket, "s3_job_out")
+    assert output_version.startswith(f"job-{job_id}-")
+    chunk_keys = [k for k in bucket.find(f"{BUCKET}/{PREFIX}/versions/{output_version}") if "/c/" in k]
+    assert len(chunk_keys) >= 8  # the workers wrote the result's chunks ...
+    # ... and read the input's, while this process read only metadata and pointers
+    read_here = s3_calls.gets(f"versions/{input_version}/") + s3_calls.gets(f"versions/{output_version}/")
+    assert read_here and all(key.endswith("zarr.json") for key in read_here), read_here
+    assert not any(method == "put_object" and "/c/" in key for method, key in s3_calls.calls)
+
+    # the recorder does see chunk reads made here: the download reads every output chunk
+    s3_calls.clear()
+    same_bytes(load_npy(client.get("/arrays/s3_job_out").content), depth_to_space(x, 2))
+    assert len([k for k in s3_calls.gets(f"versions/{output_version}/") if "/c/" in k]) == len(chunk_keys)
+    status = json.dumps(client.get(f"/jobs/{job_id}").json())
+    assert SECRET not in status and KEY not in status
+
+
+def test_failed_job_leaves_no_version(client, bucket):
+    x = np.arange(2 * 4 * 4 * 6, dtype=np.int32).reshape(2, 4, 4, 6)
+    put(client, "s3_fail_in", x)
+    before = versions(bucket)
+    response = execute(client, "depth_to_space", {"x": {"href": "/arrays/s3_fail_in"}, "block_size": 3},
+                       mode="reference", name="s3_fail_out", headers={"Prefer": "respond-async"})
+    assert response.status_code == 201
+    info = wait_job(client, response.json()["jobID"])
+    assert info["status"] == "failed" and "block_size" in info["message"]
+    assert not client.get("/arrays/s3_fail_out/info").status_code == 200
+    assert eventually(lambda: versions(bucket) == before)
+
+
+# --- replacing and deleting ---------------------------------------------------------------
+
+def test_overwrite_keeps_the_old_version_for_readers_that_started(client, bucket):
+    old = np.arange(64 * 1024, dtype=np.float64).reshape(32, 2048)  # 512 KiB: many pieces
+    new = -np.arange(10 * 10, dtype=np.int8).reshape(10, 10)
+    put(client, "s3_over", old)
+    old_version = version_of(bucket, "s3_over")
+    store = store_of(client)
+    dtype, length, pieces = store.iter_npy("s3_over", piece_bytes=16 * 1024)  # a download under way
+    first = next(pieces)
+    put(client, "s3_over", new, overwrite="true")
+    assert version_of(bucket, "s3_over") != old_version
+    same_bytes(load_npy(client.get("/arrays/s3_over").content), new)
+    assert old_version in versions(bucket)  # kept for the reader
+    body = first + b"".join(pieces)
+    assert len(body) == length and dtype == old.dtype
+    same_bytes(load_npy(body), old)
+    del pieces
+    assert eventually(lambda: old_version not in versions(bucket) and not store._pins.waiting())
+    # without ?overwrite the name is taken
+    assert_problem(client.put("/arrays/s3_over", content=npy_bytes(new), headers={"Content-Type": NPY}), 409)
+
+
+def test_delete(client, bucket):
+    put(client, "s3_delete", np.ones((3, 3), np.uint8))
+    version = version_of(bucket, "s3_delete")
+    assert client.delete("/arrays/s3_delete").status_code == 204
+    assert_problem(client.get("/arrays/s3_delete/info"), 404)
+    assert_problem(client.delete("/arrays/s3_delete"), 404)
+    assert "s3_delete" not in [a["name"] for a in client.get("/arrays").json()["arrays"]]
+    assert version not in versions(bucket)
+
+
+# --- Zarr over HTTP -----------------------------------------------------------------------
+
+def test_zarr_keys_ranges_and_path_safety(client, bucket):
+    x = np.arange(4 * 100, dtype=np.int32).reshape(4, 100)
+    put(client, "s3_keys", x, chunks="1,100")
+    version = version_of(bucket, "s3_keys")
+    stored = bucket.cat_file(f"{BUCKET}/{PREFIX}/versions/{version}/s3_keys/c/2/0")
+    whole = client.get("/arrays/s3_keys/zarr/s3_keys/c/2/0")
+    assert whole.status_code == 200 and whole.content == stored
+    part = client.get("/arrays/s3_keys/zarr/s3_keys/c/2/0", headers={"Range": "bytes=3-10"})
+    assert part.status_code == 206 and part.content == stored[3:11]
+    assert part.headers["content-range"] == f"bytes 3-10/{len(stored)}"
+    head = client.head("/arrays/s3_keys/zarr/zarr.json")
+    assert head.status_code == 200 and int(head.headers["content-length"]) > 0
+    assert_problem(client.get("/arrays/s3_keys/zarr/s3_keys/c/2/0", headers={"Range": "bytes=9999-"}), 416)
+    meta = client.get("/arrays/s3_keys/zarr/zarr.json").json()
+    assert meta["consolidated_metadata"]["metadata"]["s3_keys"]["shape"] == [4, 100]
+    # keys outside the array's version are never served
+    put(client, "s3_other", np.zeros(3, np.int8))
+    for key in ("../s3_other/zarr.json", "..%2Fs3_other%2Fzarr.json", "s3_keys/c", "nope", "s3_keys/c/9/0",
+                f"../../refs/s3_other", f"..%2F..%2Frefs%2Fs3_other"):
+        response = client.get(f"/arrays/s3_keys/zarr/{key}")
+        assert response.status_code in (400, 404), (key, response.status_code)
+
+
+def test_xarray_open_zarr_over_http(client):
+    x = np.random.default_rng(7).standard_normal((2, 16, 16, 4), dtype=np.float32)
+    put(client, "s3_http", x, dims="n,y,x,c", chunks="1,8,16,4")
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port, lifespan="off",
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        assert eventually(lambda: server.started, timeout=10)
+        ds = xr.open_zarr(f"http://127.0.0.1:{port}/arrays/s3_http/zarr", consolidated=True, zarr_format=3)
+        assert list(ds["s3_http"].dims) == ["n", "y", "x", "c"]
+        same_bytes(ds["s3_http"].values, x)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+# --- bad settings and a failing store -----------------------------------------------------
+
+def test_missing_bucket_refuses_to_start(endpoint, tmp_path):
+    settings = s3_settings(endpoint, tmp_path, data_root="s3://no-such-bucket/x")
+    with pytest.raises(StorageUnavailable, match=r"s3://no-such-bucket/x.*bucket 'no-such-bucket' does not exist"):
+        open_store(settings)
+    with pytest.raises(StorageUnavailable, match="does not exist"):  # the app does not start either
+        with TestClient(create_app(settings)):
+            pass
+    created = open_store(s3_settings(endpoint, tmp_path, data_root="s3://made-at-start/x", s3_create_bucket=True))
+    assert created.names() == [] and raw_fs(endpoint).exists("made-at-start")
+
+
+def test_unreachable_endpoint_refuses_to_start(tmp_path):
+    port = _free_port()  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(StorageUnavailable) as caught:
+        open_store(s3_settings(f"http://127.0.0.1:{port}", tmp_path))
+    message = str(caught.value)
+    assert f"s3://{BUCKET}/{PREFIX}" in message and f"127.0.0.1:{port}" in message, message
+    assert SECRET not in message
+    assert time.monotonic() - started < 20
+
+
+def test_bad_data_root_url(tmp_path):
+    with pytest.raises(StorageUnavailable, match="s3://BUCKET"):
+        open_store(make_settings("gs://somewhere/x", state_dir=tmp_path))
+
+
+def test_store_going_away_is_a_503(tmp_path):
+    process, url = start_moto()
+    try:
+        raw_fs(url).mkdir(BUCKET)
+        no_retries = {"config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}}}
+        with TestClient(create_app(s3_settings(url, tmp_path, storage_options=no_retries))) as api:  # threads cluster
+            put(api, "doomed", np.ones(4, np.int16))
+            stop(process)
+            for response in (api.get("/arrays"), api.get("/arrays/doomed"), api.get("/arrays/doomed/zarr/zarr.json"),
+                             api.put("/arrays/more", content=npy_bytes(np.ones(3)), headers={"Content-Type": NPY}),
+                             execute(api, "depth_to_space", {"x": {"href": "/arrays/doomed"}, "block_size": 2},
+                                     mode="value")):
+                body = assert_problem(response, 503, STORAGE_UNAVAILABLE)
+                assert f"s3://{BUCKET}/{PREFIX}" in body["detail"] and SECRET not in body["detail"], body
+    finally:
+        stop(process)
