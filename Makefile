@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test bench bench-service bench-load fuzz clean
+.PHONY: serve demo test bench bench-service bench-load bench-out-of-core fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench-service: $(STAMP)
 
 bench-load: $(STAMP)
 	$(BIN)/python -m bench.load
+
+# Out of core: every operator on a 3 GiB Zarr input on 2 workers x 384 MiB, local disk and a local S3 server.
+bench-out-of-core: $(STAMP)
+	$(BIN)/python -m bench.out_of_core
 
 # API fuzzing, the long run: schemathesis over every operation, all phases (make fuzz EXAMPLES=1000).
 fuzz: $(STAMP)
