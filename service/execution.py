@@ -436,6 +436,9 @@ class Executor:
                     raise error
                 if disk_full(error):
                     raise insufficient_storage(error)
+                unavailable = self.store.storage_error(error)  # a worker lost the object store
+                if unavailable is not None:
+                    raise unavailable
                 raise ServiceError(500, JOB_FAILED, f"the computation failed: {type(error).__name__}: {error}")
             if future.status == "cancelled":
                 raise ServiceError(503, "https://chunked-tensor-ops.readthedocs.io/exceptions/cluster-unavailable",

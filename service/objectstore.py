@@ -245,6 +245,9 @@ class ObjectArrayStore(ArrayStore):
         return ServiceError(503, STORAGE_UNAVAILABLE, f"the data root {self.url} is unavailable ({detail}); "
                                                       "try again later or ask the operator")
 
+    def storage_error(self, error: BaseException) -> ServiceError | None:
+        return self.unavailable(error) if _storage_failure(error) else None
+
     def guard(self):
         """A context turning storage failures (anything but the service's own errors) into 503s."""
         return _Guard(self)

@@ -11,6 +11,12 @@ place with one ``rename``; an existing array is replaced by swapping the two gro
 ``renameat2(RENAME_EXCHANGE)`` (``ArrayStore.publish``), so a reader sees the old array or
 the new one, never a mix and never a missing name. Reads in this process hold the version
 they started on (``ArrayStore.open(pinned=True)``) until they finish.
+
+A data root in an object store (``s3://bucket/prefix``) is ``service.objectstore.ObjectArrayStore``:
+the same groups and the same interface, with versions and pointer objects instead of
+directories and renames (docs/storage.md). What both share: an array is built at a *location*
+(``new_version``), written through ``zarr_target``, made visible by ``publish`` and, if it
+never was, removed by ``discard``.
 """
 
 from __future__ import annotations
@@ -374,6 +380,11 @@ class ArrayStore:
     def discard(self, location: Path) -> None:
         """Remove a location that was not published (a no-op once it was)."""
         shutil.rmtree(location, ignore_errors=True)
+
+    def storage_error(self, error: BaseException):
+        """The ServiceError for a failure of the storage itself seen by a worker, or None
+        (a local data root: a full disk is ``errors.disk_full``; anything else is a failure)."""
+        return None
 
     def sweep(self) -> None:
         """Remove everything under tmp/ (work of a service that stopped)."""

@@ -36,6 +36,7 @@ _ARRAY_LINKS = {
              "description": "its Zarr v3 metadata (consolidated)"},
     "delete": {"operationId": "delete_array", "parameters": _NAME, "description": "delete it"},
 }
+STORE_DOWN = "The object store behind an s3:// data root cannot be reached (storage-unavailable)"
 # ?chunks= and ?dims= (checked against the array's rank by the store)
 CHUNKS_PATTERN = r"^(-1|[1-9][0-9]*)(,(-1|[1-9][0-9]*))*$"
 DIMS_PATTERN = r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$"
@@ -98,7 +99,7 @@ async def _upload_zip(request: Request, svc: Services, name: str, variable, dims
             responses={201: {"description": "Stored; ``Location`` is the array's URL", "headers": {
                 "Location": {"description": "the array's URL", "schema": {"type": "string"}}},
                 "links": _ARRAY_LINKS},
-                **problems(400, 401, 409, 413, 415, 507,
+                **problems(400, 401, 409, 413, 415, 503, 507, _503=STORE_DOWN,
                            _400="Not an NPY / Zarr v3 zip, or ?chunks= / ?dims= / ?variable= do not fit it",
                            _409="The name exists (without ?overwrite=true), or a running job uses it")})
 async def put_array(name: ArrayName, request: Request,
@@ -132,7 +133,7 @@ async def put_array(name: ArrayName, request: Request,
                     headers={"Location": f"{base_url(request)}/arrays/{name}"})
 
 
-@router.get("/arrays", response_model=ArrayList, responses=problems(401))
+@router.get("/arrays", response_model=ArrayList, responses=problems(401, 503, _503=STORE_DOWN))
 def list_arrays(request: Request, svc: Services = Depends(services)) -> dict:
     """Every stored array with its shape, dtype, chunks and dims."""
     base = base_url(request)
@@ -148,7 +149,7 @@ def list_arrays(request: Request, svc: Services = Depends(services)) -> dict:
 
 
 @router.get("/arrays/{name}/info", operation_id="get_array_info", response_model=ArrayInfo,
-            responses=problems(400, 401, 404))
+            responses=problems(400, 401, 404, 503, _503=STORE_DOWN))
 def array_info(name: ArrayName, request: Request, svc: Services = Depends(services)) -> dict:
     """Shape, dtype, chunks, dim names and attrs."""
     return {**svc.store.info(name), "links": _links(base_url(request), name)}
@@ -159,7 +160,7 @@ def array_info(name: ArrayName, request: Request, svc: Services = Depends(servic
           "content": {NPY_MEDIA_TYPE: _BINARY}, "headers": {"X-Array-Dtype": {
               "description": "bfloat16 or complex32 when the NPY holds those types' raw bits",
               "schema": {"type": "string", "enum": ["bfloat16", "complex32"]}}}},
-    **problems(400, 401, 404)})
+    **problems(400, 401, 404, 503, _503=STORE_DOWN)})
 async def download_array(name: ArrayName, svc: Services = Depends(services)):
     """The array as NPY, produced block by block (bfloat16/complex32 as raw bits with X-Array-Dtype)."""
     dtype, length, pieces = await run_in_threadpool(svc.store.iter_npy, name)
@@ -175,7 +176,7 @@ _ZARR_KEY_RESPONSES = {
           "content": _ZARR_KEY_CONTENT},
     206: {"description": "The byte range of it that the Range header asked for", "content": _ZARR_KEY_CONTENT,
           "headers": {"Content-Range": {"description": "bytes FIRST-LAST/SIZE", "schema": {"type": "string"}}}},
-    **problems(400, 401, 404, 416, _404="No such array, or the array has no such key",
+    **problems(400, 401, 404, 416, 503, _503=STORE_DOWN, _404="No such array, or the array has no such key",
                _416="The Range cannot be served from the key's size"),
 }
 # RFC 9110 byte ranges: bytes=FIRST-[LAST] or bytes=-SUFFIX, comma-separated
@@ -235,7 +236,8 @@ def _remote_key(key, method: str, byte_range: str | None) -> Response:
 
 @router.delete("/arrays/{name}", operation_id="delete_array", status_code=204, response_class=Response,
                responses={204: {"description": "Deleted"},
-                          **problems(400, 401, 404, 409, _409="A running job reads or writes the array")})
+                          **problems(400, 401, 404, 409, 503, _503=STORE_DOWN,
+                                     _409="A running job reads or writes the array")})
 def delete_array(name: ArrayName, svc: Services = Depends(services)):
     """Delete the array (409 while a running job reads or writes it)."""
     check_name(name)
