@@ -24,7 +24,7 @@ class Settings(BaseSettings):
     # docs/storage.md). A URL stays a string; anything else is a path.
     data_root: Path | str = Path("data")
     # None: an embedded LocalCluster; otherwise the address of an existing Dask scheduler,
-    # whose workers must see data_root at the same path.
+    # whose workers must see a local data_root at the same path (an s3:// one they reach themselves).
     scheduler: str | None = None
     token: str | None = None
     n_workers: int = Field(2, ge=1)
