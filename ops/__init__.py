@@ -7,6 +7,7 @@ array (and returns a lazy Dask array built block by block, never materialising t
 from importlib.metadata import PackageNotFoundError, version
 
 from ops import accessor, dtypes, errors  # accessor: registers DataArray.ops / Dataset.ops
+from ops._coords import CoordinateDropped
 from ops.dequant import ascend_dequant, pack_deq_scale, unpack_deq_scale
 from ops.depth_space import depth_to_space, space_to_depth
 from ops.errors import InvalidArgument
@@ -21,6 +22,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = [
     "__version__",
     "accessor",
+    "CoordinateDropped",
     "InvalidArgument",
     "ascend_dequant",
     "batch_to_space_nd",

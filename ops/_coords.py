@@ -54,7 +54,8 @@ _INVERSE = {
 
 
 class CoordinateDropped(UserWarning):
-    """A coordinate could not be kept true through an operator and was left out of the result."""
+    """A coordinate could not be kept true through an operator and was left out of the result
+    (``ops.CoordinateDropped``; silence with ``warnings.simplefilter("ignore", ops.CoordinateDropped)``)."""
 
 
 def _warn(message: str) -> None:

@@ -272,11 +272,11 @@ def test_coordinates_refined_and_coarsened():
     assert coarse["x"].values.tolist() == [1010.0, 1030.0, 1050.0]
     # Uneven or non-numeric spatial coordinates are dropped with a warning, never mislabelled.
     uneven = arr.assign_coords(y=[0.0, 1.0, 3.0, 7.0], x=[f"c{k}" for k in range(6)])
-    with pytest.warns(ops.accessor._coords.CoordinateDropped):
+    with pytest.warns(ops.CoordinateDropped):
         out = uneven.ops.depth_to_space(2)
     assert "y" not in out.coords and "x" not in out.coords
     two_d = arr.assign_coords(lat=(("y", "x"), np.zeros((4, 6))))
-    with pytest.warns(ops.accessor._coords.CoordinateDropped, match="'lat' dropped"):
+    with pytest.warns(ops.CoordinateDropped, match="'lat' dropped"):
         assert "lat" not in two_d.ops.depth_to_space(2).coords
 
 

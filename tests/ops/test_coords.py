@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from ops._coords import CoordinateDropped, coarsened, even_step, refined
+from ops import CoordinateDropped
+from ops._coords import coarsened, even_step, refined
 
 # Zarr 3 stores fixed-width string coords with a not-yet-specified dtype; xarray reads them back.
 pytestmark = pytest.mark.filterwarnings("ignore:The data type .* does not have a Zarr V3 specification")
