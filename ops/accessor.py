@@ -189,7 +189,15 @@ class OpsAccessor:
         roles = find_dims(self._obj.dims, op, "HWC", "NV", dims)
         _no_other_dims(self._obj, roles, op)
         _conventions.check_depth(op, self._obj, roles, size)
-        return _conventions.apply_keep_attrs(self._depth(op, size, mode, dims), keep_attrs)
+        try:
+            out = self._depth(op, size, mode, dims)
+        except DimensionError:
+            raise
+        except InvalidArgument as error:  # a rule checked only below (the NCHW_VECT_C lane): in dim names
+            order = {"NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}.get(_conventions.layout_of(self._obj.dims, roles), "NHWC")
+            axes = tuple(roles.get(r, "(batch of one)") for r in order)
+            raise type(error)(_conventions.in_dim_terms(str(error), axes)) from None
+        return _conventions.apply_keep_attrs(out, keep_attrs)
 
     def depth_to_space(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.DataArray:
         """DepthToSpace on the height, width and channel dims, found by name.

@@ -227,6 +227,8 @@ def _errors():
         (lambda: arr.ops.space_to_batch(2, [[1, 0], [0, 0]]), ["dim 'y'", "4 + 1 + 0 = 5"]),
         (lambda: arr.ops.gather_nd(where(9)), ["params dim 'x'", "= 9", "'p': 0, 'k': 1"]),
         (lambda: arr.ops.gather_nd(xr.DataArray(np.zeros((1, 5), int), dims=("p", "k"))), ["indices dim 'k'", "got 5"]),
+        (lambda: xr.DataArray(np.zeros((1, 2, 2, 2, 2), np.int8), dims=("n", "c", "y", "x", "v")).ops.depth_to_space(2),
+         ["dim 'v' must be 4 for NCHW_VECT_C", "got 2"]),
     ]
 
 
