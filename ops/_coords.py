@@ -255,6 +255,12 @@ def _channel_index(op: str, mode: str, channels_out: int, factor: int):
     return (phase * channels_out + c) if mode == "DCR" else (c * f2 + phase)
 
 
+def _rearranged(dims, op: str) -> str:
+    if len(dims) == 1:
+        return f"it lies along {dims[0]!r}, whose entries {op} regroups so that no label stays true"
+    return f"it spans dims {dims}, which {op} rearranges together"
+
+
 def _warn_dropped(op: str, dropped: Mapping, plan: Plan) -> None:
     for name, reason in dropped.items():
         if name not in plan.coords:
@@ -299,7 +305,7 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
             groups = _channel_index(op, mode, result_sizes[C], factor)
             values, reason = _merged(name, C, np.asarray(var.values), groups)
         else:
-            values, reason = None, f"it spans dims {var.dims}, which {op} rearranges together"
+            values, reason = None, _rearranged(var.dims, op)
         if values is None:
             dropped[name] = reason
             continue
@@ -370,7 +376,7 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
                 positions = np.arange(len(values) * b - before - after) + before
                 new, reason = _fill_offsets(values, b, positions)
         else:
-            new, reason = None, f"it spans dims {var.dims}, which {op} rearranges together"
+            new, reason = None, _rearranged(var.dims, op)
         if new is None:
             dropped[name] = reason
             continue
