@@ -11,6 +11,11 @@ coordinates the operator does not touch are kept, coordinates on the dims it tou
 rules of ``ops._coords`` (refined/coarsened grids, block grids with provenance coordinates,
 channel labels, GeoTransform; what cannot stay true is dropped with a warning), attrs are kept, and ``attrs["ops_history"]``
 records the operator and its parameters so that ``.ops.invert()`` can undo it.
+
+xarray's conventions (``ops._conventions``): block sizes by mapping or by keyword
+(``.ops.space_to_batch_nd(y=2, x=2)``, as ``coarsen(y=2)``); ``keep_attrs`` as a keyword or
+``xr.set_options(keep_attrs=...)`` (default True, as ``coarsen``); arguments are checked before
+any work and errors name dims, not axes; ``repr(arr.ops)`` shows the dims found.
 """
 
 from __future__ import annotations
