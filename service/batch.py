@@ -257,8 +257,6 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
           variable_items: list[str], chunks: str | None, overwrite: bool, output_variable: str | None,
           dry_run: bool) -> Plan:
     """Check everything, open the inputs and build the lazy result; nothing is computed."""
-    from service.execution import _regular  # the service's rule for Zarr chunks of a result
-
     try:
         op = registry.get(op_name)
     except InvalidArgument as error:
@@ -310,10 +308,16 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         raise usage(str(error)) from None
     result.encoding = {}
     if result.ndim:
-        result = result.chunk(dict(zip(result.dims, _regular(result.chunks))))
+        result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
     return Plan(op, params, opened, result, target, variable)
+
+
+def zarr_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """One Zarr chunk length per axis such that no two Dask blocks share a Zarr chunk: the
+    blocks' length when they are regular (but the last), else the largest (a rechunk)."""
+    return tuple(max(max(axis, default=1), 1) for axis in chunks)
 
 
 def _nbytes(shape, dtype) -> int:

@@ -7,6 +7,7 @@ Every ``serve`` flag has an environment variable ``CHUNKED_TENSOR_OPS_<FLAG>``; 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -107,6 +108,19 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
     parser.error = error
 
 
+def _quiet_dask() -> None:
+    """Dask's own logs (a worker's "Compute Failed" with its traceback, shutdown notices) off:
+    the one-line error says what failed; --verbose keeps them. Worker processes inherit the
+    environment variable; in-process workers and the scheduler share these loggers."""
+    import logging
+
+    import dask
+
+    os.environ["DASK_LOGGING__DISTRIBUTED"] = "critical"
+    dask.config.set({"logging.distributed": "critical"})  # the config a nanny hands its worker process
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+
+
 def run(args: argparse.Namespace) -> int:
     """``chunked-tensor-ops run``: exit codes as in RUN_EPILOG; one-line errors on stderr."""
     given = {"scheduler": args.scheduler, "scheduler_timeout": args.scheduler_timeout,
@@ -114,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
              "memory_limit": args.memory_limit, "cluster_processes": False if args.in_process else None}
     # xarray's consolidated metadata in Zarr v3 is not in the spec yet; the user cannot act on it
     warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+    if not args.verbose:
+        _quiet_dask()
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as error:  # pydantic: e.g. --n-workers 0

@@ -1,0 +1,400 @@
+"""``chunked-tensor-ops run``: the real console script (and ``python -m service run``) as
+subprocesses on small Zarr inputs written by zarr and xarray, checked against the NumPy
+kernels byte for byte; the plan of ``--dry-run`` against Dask's own chunking and the
+scheduler's own task count; every exit code with its message; a real scheduler and workers.
+
+Runs that do not depend on each other are started together (``run_all``) to keep this quick.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from distributed import Client
+
+import ops
+from ops.errors import InvalidArgument
+from service import batch, cli
+from tests.helpers import assert_same
+from tests.service.test_cluster import DASK, _free_port, _stop
+
+SCRIPT = Path(sys.executable).parent / "chunked-tensor-ops"
+RNG = np.random.default_rng(10)
+IMAGE = RNG.standard_normal((2, 8, 8, 16), dtype=np.float32)
+BATCH = RNG.standard_normal((12, 4, 3, 2), dtype=np.float32)
+PARAMS = RNG.standard_normal((10, 8, 3), dtype=np.float32)
+POINTS = np.stack([RNG.integers(-10, 10, 40), RNG.integers(0, 8, 40)], axis=1).astype(np.int64)
+ACC = RNG.integers(-100000, 100000, size=(16, 48), dtype=np.int32)
+SCALE = ops.pack_deq_scale(RNG.uniform(-0.01, 0.01, 48).astype(np.float32))  # uint64, as float16 output takes
+QUICK = ["--in-process", "--n-workers", "1", "--threads-per-worker", "2"]
+
+
+def command(*args: str, module: bool = False) -> list[str]:
+    head = [sys.executable, "-m", "service"] if module else [str(SCRIPT)]
+    return [*head, "run", *args]
+
+
+def run_all(commands: list[list[str]], cwd: Path, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Run the commands at the same time; their completed processes, in order."""
+    procs = [subprocess.Popen(c, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL) for c in commands]
+    done = []
+    for c, proc in zip(commands, procs):
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        done.append(subprocess.CompletedProcess(c, proc.returncode, out, err))
+    return done
+
+
+def assert_fails(proc: subprocess.CompletedProcess, code: int, message: str) -> None:
+    """Exit ``code``; stderr is exactly one line, ending with ``message``, and no traceback."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0] == f"chunked-tensor-ops run: error: {message}", lines[0]
+
+
+def write_array(path: Path, array: np.ndarray, chunks, dims=None, zarr_format: int = 3) -> Path:
+    """A bare Zarr array (no group), with dimension names when given."""
+    extra = {"dimension_names": dims} if dims and zarr_format == 3 else {}
+    z = zarr.create_array(path, shape=array.shape, chunks=chunks, dtype=array.dtype, zarr_format=zarr_format,
+                          **extra)
+    z[...] = array
+    if dims and zarr_format == 2:
+        z.attrs["_ARRAY_DIMENSIONS"] = list(dims)
+    return path
+
+
+def read_output(path: Path, variable: str) -> xr.DataArray:
+    return xr.open_zarr(path, mask_and_scale=False)[variable]
+
+
+def ops_error(function, *args, **kwargs) -> str:
+    """The message the operator itself gives on NumPy."""
+    with pytest.raises(InvalidArgument) as error:
+        function(*args, **kwargs)
+    return str(error.value)
+
+
+# --- the runs, started together ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cli-inputs")
+    write_array(root / "image.zarr", IMAGE, (1, 4, 4, 16))
+    # a group of two variables with coordinates, as xarray writes it
+    ds = xr.Dataset({"image": (("n", "y", "x", "c"), IMAGE), "mask": (("y", "x"), np.ones((8, 8), bool))},
+                    coords={"y": np.arange(8) * 10.0, "x": np.arange(8) * 10.0}, attrs={"title": "scene"})
+    ds.chunk({"n": 1, "y": 4, "x": 4}).to_zarr(root / "scene.zarr", zarr_format=3)
+    write_array(root / "padded.zarr", np.ascontiguousarray(IMAGE[:, :6, :5]), (1, 3, 2, 8))
+    write_array(root / "batch-v2.zarr", BATCH, (6, 2, 3, 2), dims=("b", "h", "w", "c"), zarr_format=2)
+    points = xr.Dataset({"params": (("i", "j", "k"), PARAMS), "points": (("p", "q"), POINTS)})
+    points.chunk({"i": 5, "j": 4, "p": 10}).to_zarr(root / "points.zarr", zarr_format=3)
+    write_array(root / "acc.zarr", ACC, (4, 48))
+    write_array(root / "scale.zarr", SCALE, (48,))
+    return root
+
+
+# name: (arguments, the output's variable, the NumPy result)
+OPERATORS = {
+    "depth_to_space": (["--input", "image.zarr", "--param", "block_size=2"], "result",
+                       lambda: ops.depth_to_space(IMAGE, 2)),
+    "space_to_depth": (["--input", "scene.zarr", "--variable", "image", "--param", "block_size=2",
+                        "--param", "mode=CRD"], "image", lambda: ops.space_to_depth(IMAGE, 2, mode="CRD")),
+    "space_to_batch": (["--input", "scene.zarr", "--variable", "image", "--param", "block_size=2",
+                        "--param", "paddings=[[0,2],[2,0]]"], "image",
+                       lambda: ops.space_to_batch(IMAGE, 2, [[0, 2], [2, 0]])),
+    "space_to_batch_nd": (["--input", "padded.zarr", "--param", "block_shape=[2,3]",
+                           "--param", "paddings=[[1,1],[0,1]]"], "result",
+                          lambda: ops.space_to_batch_nd(IMAGE[:, :6, :5], [2, 3], [[1, 1], [0, 1]])),
+    "batch_to_space_nd": (["--input", "batch-v2.zarr", "--param", "block_shape=[2,3]",
+                           "--param", "crops=[[1,1],[0,2]]"], "result",
+                          lambda: ops.batch_to_space_nd(BATCH, [2, 3], [[1, 1], [0, 2]])),
+    "gather_nd": (["--input", "params=points.zarr", "--variable", "params=params", "--input", "indices=points.zarr",
+                   "--variable", "indices=points", "--output-variable", "gathered"], "gathered",
+                  lambda: ops.gather_nd(PARAMS, POINTS)),
+    "ascend_dequant": (["--input", "src=acc.zarr", "--input", "deq_scale=scale.zarr",
+                        "--param", 'dst_dtype="float16"'], "result",
+                       lambda: ops.ascend_dequant(ACC, SCALE, dst_dtype="float16")),
+}
+PLAN = ["space_to_batch_nd", "--input", "padded.zarr", "--param", "block_shape=[2,3]",
+        "--param", "paddings=[[1,1],[0,1]]", "--output", "plan.zarr", "--dry-run"]
+
+
+@pytest.fixture(scope="module")
+def runs(inputs) -> dict[str, subprocess.CompletedProcess]:
+    """Every successful run of this module that needs no external cluster, at the same time."""
+    commands = {name: command(name, *args, "--output", f"{name}.zarr", *QUICK)
+                for name, (args, _, _) in OPERATORS.items()}
+    commands["depth_to_space"] = command("depth_to_space", *OPERATORS["depth_to_space"][0], "--output",
+                                         "depth_to_space.zarr", *QUICK, module=True)  # python -m service run
+    commands["plan"] = command(*PLAN)
+    return dict(zip(commands, run_all(list(commands.values()), inputs)))
+
+
+@pytest.mark.parametrize("name", list(OPERATORS))
+def test_every_operator_matches_the_numpy_kernel(runs, inputs, name):
+    proc = runs[name]
+    assert proc.returncode == 0, (name, proc.stderr)
+    _, variable, expected = OPERATORS[name]
+    assert re.search(r"100% (\d+)/\1 tasks", proc.stderr), proc.stderr  # the progress bar's end
+    assert f"wrote {inputs / (name + '.zarr')} (variable {variable})" in proc.stdout
+    assert_same(read_output(inputs / f"{name}.zarr", variable).values, expected())
+    assert not [p.name for p in inputs.iterdir() if p.name.startswith(f".{name}.zarr")]  # no temporary left
+
+
+def test_dims_coordinates_and_attrs_of_a_group_variable(runs, inputs):
+    assert runs["space_to_depth"].returncode == 0
+    result = read_output(inputs / "space_to_depth.zarr", "image")
+    assert result.dims == ("n", "y", "x", "c")  # the input's dims, by name
+    assert result.attrs["title"] == "scene"     # the group's attrs
+    # evenly spaced coordinates coarsened by 2 stay true: the centres of 2x2 blocks
+    np.testing.assert_array_equal(result["y"].values, np.arange(4) * 20.0 + 5.0)
+    assert set(xr.open_zarr(inputs / "space_to_depth.zarr").data_vars) == {"image"}
+
+
+def test_dry_run_plan_matches_dask_and_the_scheduler(runs, inputs):
+    planned, ran = runs["plan"], runs["space_to_batch_nd"]
+    assert planned.returncode == 0, planned.stderr
+    x = da.from_array(np.ascontiguousarray(IMAGE[:, :6, :5]), chunks=(1, 3, 2, 8))
+    expected = ops.space_to_batch_nd(x, [2, 3], [[1, 1], [0, 1]])
+    out_chunks = [max(c) for c in expected.chunks]
+    lines = dict(line.split(": ", 1) for line in planned.stdout.splitlines())
+    assert lines["operator"] == 'space_to_batch_nd {"block_shape":[2,3],"paddings":[[1,1],[0,1]]}'
+    assert lines["input x"] == (f"padded.zarr: shape [2, 6, 5, 16] float32 dims ['dim_0', 'dim_1', 'dim_2', "
+                                f"'dim_3'] chunks [1, 3, 2, 8] ({x.npartitions} chunks) {x.nbytes} bytes")
+    assert lines["output"] == (f"{inputs / 'plan.zarr'} variable result: shape {list(expected.shape)} float32 "
+                               f"dims ['batch', 'dim_1', 'dim_2', 'dim_3'] chunks {out_chunks} "
+                               f"({expected.npartitions} chunks) {expected.nbytes} bytes")
+    assert lines["bytes read"].startswith(f"{x.nbytes} ")
+    assert lines["bytes written"].startswith(f"{expected.nbytes} ")
+    tasks = int(lines["tasks"].split()[0])
+    assert re.search(rf"100% {tasks}/{tasks} tasks", ran.stderr), (tasks, ran.stderr)  # the scheduler's count
+    assert not (inputs / "plan.zarr").exists()  # a dry run writes nothing
+    assert not [p for p in inputs.iterdir() if p.name.startswith(".plan.zarr")]
+
+
+def test_chunks_read_the_input_in_other_chunks(inputs, tmp_path, capsys):
+    padded = inputs / "padded.zarr"
+    code, out, err = main_in_process(capsys, "space_to_batch_nd", "--input", str(padded), "--param",
+                                     "block_shape=[2,3]", "--param", "paddings=[[1,1],[0,1]]", "--output",
+                                     str(tmp_path / "o.zarr"), "--dry-run", "--chunks", "2,6,-1,4")
+    assert code == 0, err
+    x = da.from_array(np.ascontiguousarray(IMAGE[:, :6, :5]), chunks=(2, 6, -1, 4))
+    assert f"input x: {padded}: shape [2, 6, 5, 16] float32 dims ['dim_0', 'dim_1', 'dim_2', 'dim_3'] " \
+           f"chunks [2, 6, 5, 4] ({x.npartitions} chunks)" in out
+    plan = batch.build("space_to_depth", [str(inputs / "scene.zarr")], str(tmp_path / "o.zarr"),
+                       param_items=["block_size=2"], variable_items=["image"], chunks="y=8,x=8",
+                       overwrite=False, output_variable=None, dry_run=True)
+    assert plan.inputs[0].array.chunks == ((1, 1), (8,), (8,), (16,))  # by name; others as stored
+    assert_same(plan.result.values, ops.space_to_depth(IMAGE, 2))
+
+
+def test_array_inputs_as_json_values(inputs, tmp_path):
+    """--param deq_scale=NUMBER and --param indices=[[...]] instead of --input ROLE=PATH."""
+    def result(op, input_items, params, variables=()):
+        return batch.build(op, input_items, str(tmp_path / "o.zarr"), param_items=params,
+                           variable_items=list(variables), chunks=None, overwrite=False, output_variable=None,
+                           dry_run=True).result.values
+
+    assert_same(result("ascend_dequant", [str(inputs / "acc.zarr")], ["deq_scale=0.0078125", "dst_dtype=float32"]),
+                ops.ascend_dequant(ACC, 0.0078125, dst_dtype="float32"))
+    points = POINTS[:5].tolist()
+    assert_same(result("gather_nd", [str(inputs / "points.zarr")], [f"indices={json.dumps(points)}"], ["params"]),
+                ops.gather_nd(PARAMS, np.array(points)))
+
+
+# --- exit codes -------------------------------------------------------------------------------
+
+
+def test_exit_codes_one_line_each(inputs, tmp_path):
+    """One run per exit code through the console script; the messages of every usage error
+    are checked in process below (the same code without the process start)."""
+    image = str(inputs / "image.zarr")
+    out = str(tmp_path / "out.zarr")
+    (tmp_path / "taken.zarr").mkdir()
+    (tmp_path / "taken.zarr" / "keep.txt").write_text("mine")
+    broken = write_array(tmp_path / "broken.zarr", IMAGE, (1, 8, 8, 16))
+    (broken / "c" / "1" / "0" / "0" / "0").write_bytes(b"not a compressed chunk")  # read only on a worker
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens there
+    started = time.monotonic()
+    bad_param, missing, taken, unreachable, failed = run_all([
+        command("depth_to_space", "--input", image, "--output", out, "--param", "block_size=1"),
+        command("depth_to_space", "--input", str(tmp_path / "missing.zarr"), "--output", out,
+                "--param", "block_size=2"),
+        command("depth_to_space", "--input", image, "--output", str(tmp_path / "taken.zarr"),
+                "--param", "block_size=2"),
+        command("depth_to_space", "--input", image, "--output", out, "--param", "block_size=2",
+                "--scheduler", address, "--scheduler-timeout", "2"),
+        command("depth_to_space", "--input", str(broken), "--output", out, "--param", "block_size=2", *QUICK),
+    ], tmp_path)
+    assert_fails(bad_param, 2, ops_error(ops.depth_to_space, IMAGE, 1))
+    assert_fails(missing, 3, f"input {tmp_path / 'missing.zarr'}: no such file or directory")
+    assert_fails(taken, 3, f"output {tmp_path / 'taken.zarr'} exists; pass --overwrite to replace it")
+    assert unreachable.returncode == 4, unreachable.stderr
+    assert unreachable.stderr.startswith(f"chunked-tensor-ops run: error: the Dask scheduler at {address} is "
+                                         "unreachable"), unreachable.stderr
+    assert len(unreachable.stderr.strip().splitlines()) == 1
+    # the computation failed on a worker (which codec error is zarr's business)
+    assert failed.returncode == 1, (failed.returncode, failed.stderr)
+    assert failed.stderr.splitlines()[-1].startswith("chunked-tensor-ops run: error: the computation failed: ")
+    assert "Traceback" not in failed.stderr
+    assert (tmp_path / "taken.zarr" / "keep.txt").read_text() == "mine"  # refused, untouched
+    assert not (tmp_path / "out.zarr").exists()  # no output from any failure, not even a partial one
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.zarr")] == []
+    assert time.monotonic() - started < 90  # the unreachable scheduler too: no hang
+
+
+def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["run", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def usage_cases(inputs: Path, tmp_path: Path):
+    image = str(inputs / "image.zarr")
+    out = str(tmp_path / "out.zarr")
+    scene = inputs / "scene.zarr"
+    (tmp_path / "not-zarr").mkdir(exist_ok=True)
+    return [
+        # (arguments, exit code, message)
+        (["depth_to_space", "--input", image, "--output", out, "--param", "block_size=3"], 2,
+         ops_error(ops.depth_to_space, IMAGE, 3)),
+        (["depth_to_space", "--input", image, "--output", out, "--param", "block_size=2", "--param", "mode=XYZ"],
+         2, ops_error(ops.depth_to_space, IMAGE, 2, mode="XYZ")),
+        (["space_to_batch_nd", "--input", image, "--output", out, "--param", "block_shape=[2,2]",
+          "--param", "paddings=[[1,0],[0,0]]"], 2,
+         ops_error(ops.space_to_batch_nd, IMAGE, [2, 2], [[1, 0], [0, 0]])),
+        (["depth_to_space", "--input", image, "--output", out, "--param", "block_size=2.0"], 2,
+         ops_error(ops.depth_to_space, IMAGE, 2.0)),
+        (["depth_to_space", "--input", image, "--output", out, "--param", "blocksize=2"], 2,
+         "depth_to_space has no parameter 'blocksize'; its parameters are block_size, data_format, mode"),
+        (["depth_to_space", "--input", image, "--output", out], 2,
+         "depth_to_space needs the parameter 'block_size' (--param block_size=VALUE)"),
+        (["depth_to_space", "--input", image, "--output", out, "--param", "block_size"], 2,
+         "--param must be NAME=VALUE (VALUE as JSON), got 'block_size'"),
+        (["depthtospace", "--input", image, "--output", out], 2,
+         "operator must be one of depth_to_space, space_to_depth, space_to_batch, space_to_batch_nd, "
+         "batch_to_space_nd, gather_nd, ascend_dequant, got 'depthtospace'"),
+        (["gather_nd", "--input", image, "--output", out], 2,
+         "gather_nd needs the array input 'indices' (--input indices=PATH)"),
+        (["ascend_dequant", "--input", image, "--output", out, "--param", "dst_dtype=float32"], 2,
+         "ascend_dequant needs the array input 'deq_scale' (--input deq_scale=PATH or --param deq_scale=NUMBER)"),
+        (["depth_to_space", "--output", out, "--param", "block_size=2"], 2,
+         "depth_to_space needs the array input 'x' (--input PATH)"),
+        (["depth_to_space", "--input", image, "--param", "block_size=2"], 2,
+         "the following arguments are required: --output"),
+        (["depth_to_space", "--input", image, "--output", image, "--param", "block_size=2", "--overwrite"], 2,
+         f"--output {image} is the input x; write the result elsewhere"),
+        (["depth_to_space", "--input", str(scene), "--output", out, "--param", "block_size=2"], 2,
+         f"input {scene} is a group with 2 variables (image, mask); pick one with --variable NAME"),
+        (["depth_to_space", "--input", image, "--variable", "image", "--output", out, "--param", "block_size=2"], 2,
+         f"--variable image: input {image} is a bare Zarr array, not a group"),
+        (["depth_to_space", "--input", image, "--output", out, "--param", "block_size=2", "--chunks", "1,2"], 2,
+         "--chunks must give one length per axis (4), got '1,2'"),
+        (["depth_to_space", "--input", str(scene), "--variable", "nope", "--output", out,
+          "--param", "block_size=2"], 3, f"input {scene} has no variable 'nope'; its variables are image, mask"),
+        (["depth_to_space", "--input", image, "--output", str(tmp_path / "no" / "out.zarr"),
+          "--param", "block_size=2"], 3, f"output {tmp_path / 'no' / 'out.zarr'}: the directory "
+                                         f"{tmp_path / 'no'} does not exist"),
+    ]
+
+
+def test_usage_errors_name_the_parameter_the_rule_and_the_value(inputs, tmp_path, capsys):
+    for args, code, message in usage_cases(inputs, tmp_path):
+        try:
+            got, out, err = main_in_process(capsys, *args)
+        except SystemExit as stop:  # argparse's own errors exit from parse_args
+            got, out, err = stop.code, *capsys.readouterr()
+        assert (got, out, err) == (code, "", f"chunked-tensor-ops run: error: {message}\n"), args
+    code, out, err = main_in_process(capsys, "depth_to_space", "--input", str(tmp_path / "not-zarr"),
+                                     "--output", str(tmp_path / "out.zarr"), "--param", "block_size=2")
+    assert code == 3 and err.startswith(f"chunked-tensor-ops run: error: input {tmp_path / 'not-zarr'} is not a "
+                                        "readable Zarr array or group: ") and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-zarr"]
+
+
+def test_verbose_shows_the_traceback(inputs, tmp_path, capsys):
+    code, _, err = main_in_process(capsys, "depth_to_space", "--input", str(inputs / "image.zarr"), "--output",
+                                   str(tmp_path / "o.zarr"), "--param", "block_size=1", "--verbose")
+    assert code == 2
+    assert "Traceback" in err and err.strip().endswith(ops_error(ops.depth_to_space, IMAGE, 1))
+
+
+# --- a real scheduler and workers ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    """The address of a ``dask scheduler`` with one ``dask worker``, each its own process."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    logs = tmp_path_factory.mktemp("cli-dask-logs")
+    procs: list[subprocess.Popen] = []
+    for name, args in (("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]),
+                       ("worker", ["worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "2",
+                                   "--memory-limit", "1GiB", "--no-dashboard"])):
+        with open(logs / f"{name}.log", "wb") as log:
+            procs.append(subprocess.Popen([str(DASK), *args], stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL))
+    try:
+        with Client(address, timeout=60, set_as_default=False) as client:  # retries until it listens
+            client.wait_for_workers(1, timeout=60)
+        yield address
+    finally:
+        _stop(procs)
+
+
+def test_existing_scheduler_and_overwrite(scheduler, inputs, tmp_path):
+    out, existing = tmp_path / "d2s.zarr", tmp_path / "existing.zarr"
+    xr.Dataset({"image": (("n", "y", "x", "c"), IMAGE)}).to_zarr(existing, zarr_format=3)
+    scene = str(inputs / "scene.zarr")
+    fresh, replaced = run_all([
+        command("depth_to_space", "--input", scene, "--variable", "image", "--param", "block_size=2",
+                "--param", "mode=CRD", "--output", str(out), "--scheduler", scheduler),
+        command("space_to_depth", "--input", scene, "--variable", "image", "--param", "block_size=2",
+                "--output", str(existing), "--scheduler", scheduler, "--overwrite"),
+    ], tmp_path)
+    assert fresh.returncode == 0, fresh.stderr
+    assert re.search(r"100% (\d+)/\1 tasks", fresh.stderr), fresh.stderr
+    assert_same(read_output(out, "image").values, ops.depth_to_space(IMAGE, 2, mode="CRD"))
+    assert replaced.returncode == 0, replaced.stderr
+    assert_same(read_output(existing, "image").values, ops.space_to_depth(IMAGE, 2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d2s.zarr", "existing.zarr"]  # nothing left aside
+
+
+# --- parsing (in process) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [
+    ("2", 2), ("[[1,1],[0,0]]", [[1, 1], [0, 0]]), ("true", True), ('"DCR"', "DCR"), ("DCR", "DCR"),
+    ("float16", "float16"), ("0.0078125", 0.0078125), ("null", None),
+])
+def test_param_values_are_json_or_a_bare_string(text, value):
+    assert batch.parse_params([f"p={text}"]) == {"p": value}
+
+
+def test_chunks_forms():
+    dims = ("n", "y", "x", "c")
+    assert batch.parse_chunks("1,64,-1,16", dims) == {"n": 1, "y": 64, "x": -1, "c": 16}
+    assert batch.parse_chunks("y=64,x=32", dims) == {"y": 64, "x": 32}
+    assert batch.parse_chunks("auto", dims) == dict.fromkeys(dims, "auto")
+    for bad in ("1,2", "a,b,c,d", "z=3", "0,1,1,1"):
+        with pytest.raises(batch.RunError) as error:
+            batch.parse_chunks(bad, dims)
+        assert error.value.code == batch.USAGE and repr(bad) in str(error.value)
