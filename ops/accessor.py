@@ -116,7 +116,6 @@ def _no_other_dims(arr: xr.DataArray, roles: Mapping[str, str], op: str) -> None
 
 # Coordinate rules (refine/coarsen, block grids, provenance coords, channel labels, GeoTransform)
 # live in ops._coords; the accessor only calls them.
-_kept_coords = _coords.kept_coords
 
 
 def _history(arr, operator: str, **parameters) -> dict:
