@@ -9,6 +9,7 @@ job's chunk bytes never pass through it.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import socket
@@ -28,7 +29,9 @@ from fastapi.testclient import TestClient
 
 from ops import dtypes
 from service.app import create_app
+from service.execution import Executor
 from service.objectstore import STORAGE_UNAVAILABLE, ObjectArrayStore, StorageUnavailable, open_store
+from service.state import services
 from tests.service.conftest import NPY, assert_problem, eventually, inline, load_npy, make_settings, npy_bytes
 
 BUCKET = "tensors"
@@ -300,17 +303,32 @@ def test_async_job_chunks_never_pass_through_the_api(client, bucket, s3_calls):
     assert SECRET not in status and KEY not in status
 
 
-def test_failed_job_leaves_no_version(client, bucket):
-    x = np.arange(2 * 4 * 4 * 6, dtype=np.int32).reshape(2, 4, 4, 6)
-    put(client, "s3_fail_in", x)
+def test_job_failing_on_the_workers_leaves_no_version(client, bucket):
+    params = np.random.default_rng(6).standard_normal((64, 256), dtype=np.float32)
+    indices = np.random.default_rng(7).integers(0, 64, size=(4000, 1), dtype=np.int64)
+    indices[3900, 0] = 64  # out of range in the last of 8 blocks: the first ones are written
+    put(client, "s3_fail_params", params)
+    put(client, "s3_fail_indices", indices, chunks="500,1")
     before = versions(bucket)
-    response = execute(client, "depth_to_space", {"x": {"href": "/arrays/s3_fail_in"}, "block_size": 3},
+    response = execute(client, "gather_nd", {"params": {"href": "/arrays/s3_fail_params"},
+                                             "indices": {"href": "/arrays/s3_fail_indices"}},
                        mode="reference", name="s3_fail_out", headers={"Prefer": "respond-async"})
     assert response.status_code == 201
     info = wait_job(client, response.json()["jobID"])
-    assert info["status"] == "failed" and "block_size" in info["message"]
-    assert not client.get("/arrays/s3_fail_out/info").status_code == 200
-    assert eventually(lambda: versions(bucket) == before)
+    assert info["status"] == "failed" and "out of range" in info["message"], info
+    assert_problem(client.get("/arrays/s3_fail_out/info"), 404)
+    assert eventually(lambda: versions(bucket) == before), versions(bucket) - before
+
+
+def test_a_worker_losing_the_store_is_a_503(client):
+    from botocore.exceptions import EndpointConnectionError
+
+    store = store_of(client)
+    error = store.storage_error(EndpointConnectionError(endpoint_url="http://127.0.0.1:9/tensors"))
+    assert error.status == 503 and error.type == STORAGE_UNAVAILABLE and f"s3://{BUCKET}/{PREFIX}" in error.detail
+    assert store.storage_error(ValueError("a bug")) is None
+    leaked = store.storage_error(PermissionError(f"denied for {KEY} / {SECRET}"))
+    assert SECRET not in leaked.detail and KEY not in leaked.detail
 
 
 # --- replacing and deleting ---------------------------------------------------------------
@@ -418,19 +436,27 @@ def test_bad_data_root_url(tmp_path):
         open_store(make_settings("gs://somewhere/x", state_dir=tmp_path))
 
 
-def test_store_going_away_is_a_503(tmp_path):
+def test_store_going_away_is_a_503(client, tmp_path):
+    """The module's app, its routes served from a store on a second S3 server that stops."""
     process, url = start_moto()
     try:
         raw_fs(url).mkdir(BUCKET)
         no_retries = {"config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}}}
-        with TestClient(create_app(s3_settings(url, tmp_path, storage_options=no_retries))) as api:  # threads cluster
-            put(api, "doomed", np.ones(4, np.int16))
-            stop(process)
-            for response in (api.get("/arrays"), api.get("/arrays/doomed"), api.get("/arrays/doomed/zarr/zarr.json"),
-                             api.put("/arrays/more", content=npy_bytes(np.ones(3)), headers={"Content-Type": NPY}),
-                             execute(api, "depth_to_space", {"x": {"href": "/arrays/doomed"}, "block_size": 2},
-                                     mode="value")):
-                body = assert_problem(response, 503, STORAGE_UNAVAILABLE)
-                assert f"s3://{BUCKET}/{PREFIX}" in body["detail"] and SECRET not in body["detail"], body
-    finally:
+        doomed = open_store(s3_settings(url, tmp_path, storage_options=no_retries))
+        real = client.app.state.services
+        executor = Executor(doomed, real.records, real.cluster, max_inline_bytes=real.executor.max_inline_bytes)
+        client.app.dependency_overrides[services] = lambda: dataclasses.replace(real, store=doomed,
+                                                                                 executor=executor)
+        put(client, "doomed", np.ones(4, np.int16))
         stop(process)
+        for response in (client.get("/arrays"), client.get("/arrays/doomed"),
+                         client.get("/arrays/doomed/zarr/zarr.json"), client.delete("/arrays/doomed"),
+                         client.put("/arrays/more", content=npy_bytes(np.ones(3)), headers={"Content-Type": NPY}),
+                         execute(client, "depth_to_space", {"x": {"href": "/arrays/doomed"}, "block_size": 2},
+                                 mode="value")):
+            body = assert_problem(response, 503, STORAGE_UNAVAILABLE)
+            assert f"s3://{BUCKET}/{PREFIX}" in body["detail"] and SECRET not in body["detail"], body
+    finally:
+        client.app.dependency_overrides.clear()
+        stop(process)
+    assert client.get("/arrays").status_code == 200  # the module's store again
