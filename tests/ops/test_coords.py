@@ -190,6 +190,10 @@ def test_batch_round_trips_restore_every_coordinate_exactly(tmp_path):
     assert all(isinstance(v, (str, int, float)) for v in stored.attrs.values())
     xr.testing.assert_identical(stored.ops.invert(), arr)
     xr.testing.assert_identical(stored.ops.batch_to_space_nd(blocks, pads).drop_attrs(), arr.drop_attrs())
+    # The 4-D SpaceToBatch labels its block grid the same way.
+    four_d = arr.ops.space_to_batch(2, [[1, 0], [0, 0]])
+    assert four_d["y"].values.tolist() == [1010.0, 990.0, 970.0] and four_d.sizes["time"] == 8 and "block_offset_x" in four_d.coords
+    xr.testing.assert_identical(four_d.ops.invert(), arr)
 
 
 def test_batch_to_space_of_a_plain_batch_merges_labels():
