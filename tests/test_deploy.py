@@ -451,6 +451,33 @@ class Substitution:
         return [sys.executable, "-c", code]
 
 
+def test_the_substitution_changes_only_hosts_ports_paths_and_executables(tmp_path):
+    """What the process test runs is the compose command token for token, but for what a
+    container has and this machine has not."""
+    volume_path = str(api_settings().data_root)
+    substitution = Substitution(volume_path, tmp_path)
+    for name, service in SERVICES.items():
+        argv = command_of(service)
+        local = substitution.argv(name, argv)
+        assert len(local) == len(argv), (argv, local)
+        assert Path(local[0]).name == argv[0] and Path(local[0]).exists()
+        for flag, before, after in zip(argv, argv[1:], local[1:]):
+            if before == after:
+                continue
+            allowed = (before.startswith("tcp://") and re.fullmatch(r"tcp://127\.0\.0\.1:\d+", after)
+                       or flag == "--host" and after == "127.0.0.1"
+                       or flag == "--port" and re.fullmatch(r"\d+", after)
+                       or flag == "--dashboard-address" and re.fullmatch(r"127\.0\.0\.1:\d+", after)
+                       or before == volume_path and after == str(tmp_path))
+            assert allowed, f"{name}: {flag} {before!r} became {after!r}"
+    # One scheduler port, the same for the scheduler and everyone who joins it.
+    scheduler_name, scheduler_argv = scheduler_service()
+    port = substitution.argv(scheduler_name, scheduler_argv)
+    joined = {substitution.argv(n, command_of(s))[2] for n, s in worker_services().items()}
+    api_flag = option(substitution.argv(api_service()[0], api_service()[1]), "--scheduler")
+    assert joined == {api_flag} == {f"tcp://127.0.0.1:{option(port, '--port')}"}
+
+
 @dataclass
 class Stack:
     url: str
