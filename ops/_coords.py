@@ -21,9 +21,10 @@ The rules (docs/accessor.md, "Coordinates"):
   the same across each group, joins the group's labels as ``"a|b|c|d"`` for the dim's own
   index, and consumes the provenance coordinates above.
 * Whatever cannot be kept true is dropped with a CoordinateDropped warning that says why; the
-  original values are recorded (plain JSON in ``attrs["ops_history"]``) whenever the inverse
-  could not recompute them bit for bit, so ``.ops.invert()`` restores coordinates exactly, also
-  after a Zarr round trip.
+  original values are recorded (plain JSON, the ``"coords"`` and ``"drop_coords"`` keys of the
+  step in ``attrs["ops_history"]``) whenever the inverse could not recompute them bit for bit,
+  so ``.ops.invert()``, and the inverse operator called with the same parameters, restore
+  coordinates exactly, also after a Zarr round trip (no warning for what the record restores).
 * A CF grid mapping coordinate (rioxarray's ``spatial_ref``) with a ``GeoTransform`` gets the
   transform of the new grid; coordinate attrs (units, axis, standard_name, ...) are kept.
 
