@@ -10,18 +10,24 @@ transpose of both arrays, so each kernel is a few ``copy_into`` calls over views
 are never read.
 
 Chunk plans (DESIGN.md):
-- SpaceToBatchND: spatial chunks are aligned so that every interior boundary falls on a block
-  boundary of the padded array; each input block then is a complete SpaceToBatchND problem
-  with its own share of the padding, giving P output blocks (one per group, each holding the
-  input's batch chunks). Output rows that are pure padding are separate zero blocks that read
-  no input, chunked like the neighbouring data blocks.
-- BatchToSpaceND: batch chunks are aligned to the group size B so no chunk straddles two
-  groups; each output block interleaves the same block from each of the P groups. Crops only
-  trim edge blocks; input blocks that are cropped away entirely are not read.
+- SpaceToBatchND: the input keeps its chunks; no rechunk, however the padding falls. Each
+  interior input boundary q becomes the output cut floor((q + before) / b), so an output
+  block reads its own input block plus fewer than b boundary rows of the previous one (a
+  halo, sliced off in a small task of its own so the neighbour block never travels). A batch
+  axis in one chunk (one image, the common case) gives one output block per input block
+  holding all P block offsets; several batch chunks give P output blocks per input block
+  (one per group, views of one task's result). Output rows that are pure padding are zero
+  blocks that read no input, chunked like the neighbouring data blocks.
+- BatchToSpaceND: a batch axis in one chunk stays so, and each input block (all P groups
+  of its rows) is one output block, in one pass. Otherwise batch chunks are aligned to the
+  group size B so no chunk straddles two groups, and each output block interleaves the same
+  block from each of the P groups. Crops only trim edge blocks; input blocks that are
+  cropped away entirely are not read.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 
@@ -199,61 +205,98 @@ def _validate_batch_to_space_nd(x, block_shape, crops):
 # Chunk plans (pure functions)
 
 
-def _core_paddings(length: int, b: int, before: int) -> tuple[int, int]:
-    """The padding that stays inside data blocks; the rest becomes whole zero rows."""
-    lo = before % b
-    return lo, (-(length + lo)) % b
+def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int):
+    """One spatial axis of SpaceToBatchND: (batch-side rows, first and stop data row, cuts).
+
+    Batch-side row t holds padded rows [t*b, (t+1)*b), i.e. space rows [t*b - before, ...).
+    Rows outside [first, stop) hold padding only. Every interior input chunk boundary q
+    becomes the cut floor((q + before) / b): an output chunk then reads its own input chunk
+    and fewer than b rows of the previous one (a halo), never a re-aligned copy of the input.
+    """
+    length = sum(chunks)
+    total = (length + before + after) // b
+    if length == 0:
+        return total, total, total, []
+    first, stop = before // b, -(-(before + length) // b)
+    inner = {(q + before) // b for q in _chunks.boundaries(chunks)[1:-1]}
+    return total, first, stop, sorted({first, stop} | {t for t in inner if first < t < stop})
+
+
+def _axis_reads(chunks, b: int, before: int, cuts):
+    """For each data chunk [cuts[k], cuts[k+1]) of batch-side rows: the input pieces it reads,
+    as (input chunk, local start, local stop, offset of the piece's first row in the output
+    chunk's padded rows)."""
+    bounds = _chunks.boundaries(chunks)
+    length = bounds[-1]
+    reads = []
+    for t0, t1 in zip(cuts, cuts[1:]):
+        r0, r1 = max(0, t0 * b - before), min(length, t1 * b - before)
+        pieces = []
+        k = bisect.bisect_right(bounds, r0) - 1
+        while k < len(chunks) and bounds[k] < r1:
+            start, stop = max(r0, bounds[k]), min(r1, bounds[k + 1])
+            if stop > start:
+                pieces.append((k, start - bounds[k], stop - bounds[k], start + before - t0 * b))
+            k += 1
+        reads.append(tuple(pieces))
+    return reads
 
 
 def space_to_batch_nd_chunks(chunks, block_shape, paddings):
-    """Plan: (aligned input chunks, output chunks of the data part, zero rows (before, after) per axis).
+    """Plan: (output chunks, reads): ``reads[i][k]`` lists the input pieces of output chunk k
+    of spatial axis i (see ``_axis_reads``); an empty list is a block of padding only.
 
-    The full output's spatial chunks are ``regular(before) + data + regular(after)``, with the
-    zero runs cut like the data chunks (see ``_zero_run``).
+    The input keeps its chunks. Output rows that are padding only are zero blocks that read
+    nothing, cut like the data chunks next to them. The batch axis: one chunk of P*B when the
+    input's batch axis is one chunk (one output block per input block, all P offsets in it),
+    else the input's batch chunks repeated for each of the P groups.
     """
     chunks = [tuple(c) for c in chunks]
+    m = len(block_shape)
     groups = math.prod(block_shape)
-    out = list(chunks)
-    zero_rows = []
-    blocks = len(chunks[0]) * groups * math.prod(len(c) for c in chunks[1 + len(block_shape):])
-    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
-        axis = 1 + i
-        length = sum(chunks[axis])
-        lo, hi = _core_paddings(length, b, before)
-        aligned = _chunks.align(chunks[axis], b, lo)
-        chunks[axis] = aligned
-        data = [c for c in aligned]
-        data[0] += lo
-        data[-1] += hi
-        out[axis] = tuple(c // b for c in data) if length or lo else (0,)
-        total = (length + before + after) // b
-        zero_before = before // b
-        zero_rows.append((zero_before, total - zero_before - sum(out[axis])))
-        size = max(max(out[axis]), 1)
-        blocks *= len(out[axis]) + sum(-(-rows // size) for rows in zero_rows[-1])
-    # Checked before any tuple of output chunks is built: padding can ask for more blocks
+    axes = [
+        _axis_cuts(chunks[1 + i], b, before, after)
+        for i, (b, (before, after)) in enumerate(zip(block_shape, paddings))
+    ]
+    # Counted before any tuple of output chunks is built: padding can ask for more blocks
     # than any graph can hold, and the tuples alone would exhaust memory.
+    batch_blocks = 1 if len(chunks[0]) == 1 else len(chunks[0]) * groups
+    blocks = batch_blocks * math.prod(len(c) for c in chunks[1 + m :])
+    sizes = []
+    for total, first, stop, cuts in axes:
+        size = max((t1 - t0 for t0, t1 in zip(cuts, cuts[1:])), default=max(total, 1))
+        sizes.append(size)
+        blocks *= len(cuts[1:]) + -(-first // size) + -(-(total - stop) // size)
     _chunks.check_block_count("space_to_batch_nd", blocks)
-    out[0] = tuple(chunks[0]) * groups
-    return tuple(chunks), tuple(out), tuple(zero_rows)
-
-
-def _zero_run(rows: int, data_chunks: tuple[int, ...]) -> tuple[int, ...]:
-    return _chunks.regular(rows, max(data_chunks))
+    out, reads = list(chunks), []
+    out[0] = (sum(chunks[0]) * groups,) if len(chunks[0]) == 1 else chunks[0] * groups
+    for i, ((total, first, stop, cuts), size) in enumerate(zip(axes, sizes)):
+        data = tuple(t1 - t0 for t0, t1 in zip(cuts, cuts[1:]))
+        before = _chunks.regular(first, size) if first else ()
+        after = _chunks.regular(total - stop, size) if total - stop else ()
+        out[1 + i] = (before + data + after) or (0,)
+        axis_reads = _axis_reads(chunks[1 + i], block_shape[i], paddings[i][0], cuts)
+        reads.append(tuple([()] * len(before) + axis_reads + [()] * len(after)) or ((),))
+    return tuple(out), tuple(reads)
 
 
 def batch_to_space_nd_chunks(chunks, block_shape, crops):
     """Plan: (aligned input chunks, kept input chunk range per spatial axis, output chunks).
 
-    The batch axis is cut into equal groups; on each spatial axis the input chunks whose rows
-    are cropped away entirely are dropped (``kept[i] = (first, stop)`` chunk indices).
+    A batch axis in one chunk stays so: each input block holds all P groups of its rows and
+    is one output block. Otherwise the batch axis is cut into equal groups and an output
+    block reads the same block of each group. On each spatial axis the input chunks whose
+    rows are cropped away entirely are dropped (``kept[i] = (first, stop)`` chunk indices).
     """
     chunks = [tuple(c) for c in chunks]
     groups = math.prod(block_shape)
     batch = sum(chunks[0]) // groups
-    chunks[0] = _chunks.groups(chunks[0], batch, groups)
     out = list(chunks)
-    out[0] = chunks[0][: len(chunks[0]) // groups] if groups and batch else (0,)
+    if len(chunks[0]) == 1:
+        out[0] = (batch,)
+    else:
+        chunks[0] = _chunks.groups(chunks[0], batch, groups)
+        out[0] = chunks[0][: len(chunks[0]) // groups] if groups and batch else (0,)
     kept = []
     for i, (b, (lo, hi)) in enumerate(zip(block_shape, crops)):
         axis = 1 + i
@@ -277,13 +320,25 @@ def batch_to_space_nd_chunks(chunks, block_shape, crops):
 # Dask builders
 
 
-def _space_to_batch_block(block, block_shape, core_paddings, numblocks, block_id=None):
-    """Kernel of one input block: its share of the padding is the core padding at the edges."""
-    local = [
-        (lo if block_id[1 + i] == 0 else 0, hi if block_id[1 + i] == numblocks[1 + i] - 1 else 0)
-        for i, (lo, hi) in enumerate(core_paddings)
-    ]
-    return space_to_batch_nd_kernel(block, block_shape, local)
+def _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill: bool):
+    """One output block of SpaceToBatchND from its input pieces (its own block and halos).
+
+    Each piece is ``[array, index, offsets]``: ``array[index]`` (the whole array for None)
+    lands at padded rows ``offsets`` of this block; the rows no piece covers are padding.
+    """
+    y = np.zeros(shape, dtype) if fill else np.empty(shape, dtype)
+    for array, index, offsets in pieces:
+        space = array if index is None else array[index]
+        rows = space.shape[1 : 1 + len(block_shape)]
+        view = y[(slice(None), *(slice(o // b, -(-(o + n) // b)) for o, n, b in zip(offsets, rows, block_shape)))]
+        for space_view, batch_view in _boxes(space, view, block_shape, [o % b for o, b in zip(offsets, block_shape)]):
+            copy_into(batch_view, space_view)
+    return y
+
+
+def _edge(block, index):
+    """A few boundary rows of a neighbouring block, copied so that only they are kept and sent."""
+    return block[index].copy()
 
 
 def _group_rows(block, groups: int, g: int):
@@ -291,52 +346,71 @@ def _group_rows(block, groups: int, g: int):
     return block[g * rows : (g + 1) * rows]
 
 
+def _piece_args(x: da.Array, key, combo, layer, edge_key):
+    """The ``[array, index, offsets]`` argument for one piece; small pieces of a neighbouring
+    block get their own task (``_edge``) so the whole neighbour never travels."""
+    index = (slice(None), *(slice(start, stop) for _, start, stop, _ in combo))
+    offsets = [offset for *_, offset in combo]
+    lengths = [x.chunks[1 + i][k] for i, (k, *_) in enumerate(combo)]
+    taken = [stop - start for _, start, stop, _ in combo]
+    if taken == lengths:
+        return [key, None, offsets]
+    if any(2 * n < length for n, length in zip(taken, lengths)):
+        layer[edge_key] = (_edge, key, index)
+        return [edge_key, None, offsets]
+    return [key, index, offsets]
+
+
 def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
-    in_chunks, out_chunks, zero_rows = space_to_batch_nd_chunks(x.chunks, block_shape, paddings)
-    if in_chunks != x.chunks:
-        x = x.rechunk(in_chunks)
+    out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings)
+    m = len(block_shape)
     groups = math.prod(block_shape)
-    core = [
-        _core_paddings(x.shape[1 + i], b, before)
-        for i, (b, (before, _)) in enumerate(zip(block_shape, paddings))
-    ]
     token = tokenize(x, block_shape, paddings)
-    # One task per input block computes all P groups at once (one pass over the block) ...
-    all_groups = x.map_blocks(
-        _space_to_batch_block, block_shape, core, x.numblocks,
-        chunks=(tuple(c * groups for c in x.chunks[0]), *out_chunks[1:]),
-        dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype), name=f"space_to_batch_nd-all-{token}",
-    )
-    # ... and output block (g, k, ...) is group g's rows of block k: a view, no copy.
-    name = f"space_to_batch_nd-{token}"
-    batch_blocks = x.numblocks[0]
-    layer = {
-        (name, g * batch_blocks + key[1], *key[2:]): (_group_rows, key, groups, g)
-        for g in range(groups)
-        for key in _keys(all_groups)
-    }
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[all_groups])
-    y = da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
-    for i, (before, after) in enumerate(zero_rows):
-        y = _pad_with_zero_blocks(y, 1 + i, before, after)
-    return y
-
-
-def _keys(array: da.Array):
-    """Every block key of ``array``, in block order."""
-    return [(array.name, *index) for index in np.ndindex(*array.numblocks)]
-
-
-def _pad_with_zero_blocks(y: da.Array, axis: int, before: int, after: int) -> da.Array:
-    """Whole rows of padding as zero blocks that read nothing, chunked like their neighbours."""
-    pieces = [y]
-    for rows, at_start in ((before, True), (after, False)):
-        if rows:
-            chunks = list(y.chunks)
-            chunks[axis] = _zero_run(rows, y.chunks[axis])
-            zeros = da.zeros(tuple(map(sum, chunks)), dtype=y.dtype, chunks=tuple(chunks))
-            pieces.insert(0 if at_start else len(pieces), zeros)
-    return da.concatenate(pieces, axis=axis) if len(pieces) > 1 else y
+    name, all_name, edge_name = (f"space_to_batch_nd{part}-{token}" for part in ("", "-all", "-edge"))
+    # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
+    # Several: one task per input batch chunk computes all P groups in one pass, and output
+    # block (g, k) is group g's rows of it (a view, no copy).
+    single = x.numblocks[0] == 1
+    block_shape, dtype = list(block_shape), x.dtype
+    layer = {}
+    for n, rows in enumerate(x.chunks[0]):
+        for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
+            axis_reads = [reads[i][k] for i, k in enumerate(spatial)]
+            spatial_shape = tuple(out_chunks[1 + i][k] for i, k in enumerate(spatial))
+            for rest in np.ndindex(*x.numblocks[1 + m :]):
+                rest_shape = tuple(x.chunks[1 + m + i][k] for i, k in enumerate(rest))
+                out_keys = (
+                    [(name, 0, *spatial, *rest)] if single
+                    else [(name, g * len(x.chunks[0]) + n, *spatial, *rest) for g in range(groups)]
+                )
+                if not all(axis_reads):  # padding only: zeros, no input read
+                    zero_shape = (rows * groups if single else rows, *spatial_shape, *rest_shape)
+                    layer.update({key: (np.zeros, zero_shape, dtype) for key in out_keys})
+                    continue
+                pieces = [
+                    _piece_args(
+                        x, (x.name, n, *(k for k, *_ in combo), *rest), combo, layer,
+                        (edge_name, n, *spatial, *rest, p),
+                    )
+                    for p, combo in enumerate(itertools.product(*axis_reads))
+                ]
+                covered = all(
+                    sum(stop - start for _, start, stop, _ in r) == size * b
+                    for r, size, b in zip(axis_reads, spatial_shape, block_shape)
+                )
+                task = (
+                    _space_to_batch_pieces, pieces, block_shape,
+                    (rows * groups, *spatial_shape, *rest_shape), dtype, not covered,
+                )
+                if single:
+                    layer[out_keys[0]] = task
+                    continue
+                all_key = (all_name, n, *spatial, *rest)
+                layer[all_key] = task
+                for g, key in enumerate(out_keys):
+                    layer[key] = (_group_rows, all_key, groups, g)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
 def _batch_to_space_block(blocks, block_shape, crops):
@@ -359,6 +433,7 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         x = x.rechunk(in_chunks)
     m = len(block_shape)
     groups = math.prod(block_shape)
+    single = x.numblocks[0] == 1
     batch_blocks = x.numblocks[0] // groups
     local_crops = [
         _local_crops(x.chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
@@ -367,12 +442,17 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     name = f"batch_to_space_nd-{tokenize(x, block_shape, crops)}"
     layer = {}
     for index in np.ndindex(*map(len, out_chunks)):
-        # Spatial block k of the output is input chunk kept[i][0] + k of every group.
+        # Spatial block k of the output is input chunk kept[i][0] + k (of every group).
         source = [index[1 + i] + kept[i][0] for i in range(m)]
+        block_crops = [local_crops[i][index[1 + i]] for i in range(m)]
+        if single:
+            # The block holds all P groups of its rows: one pass, as the NumPy kernel does.
+            key = (x.name, 0, *source, *index[1 + m :])
+            layer[(name, *index)] = (batch_to_space_nd_kernel, key, list(block_shape), block_crops)
+            continue
         blocks = [
             (x.name, g * batch_blocks + index[0], *source, *index[1 + m :]) for g in range(groups)
         ]
-        block_crops = [local_crops[i][index[1 + i]] for i in range(m)]
         layer[(name, *index)] = (_batch_to_space_block, blocks, list(block_shape), block_crops)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
     return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))

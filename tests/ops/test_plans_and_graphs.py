@@ -70,27 +70,37 @@ def test_space_to_depth_plan():
 
 
 def test_space_to_batch_nd_plan():
-    # s = 10 rows in chunks of 5, block 4, paddings (1, 1): core padding (1, 1), aligned
-    # boundaries q with (q + 1) % 4 == 0 -> 3 or 7; 5 moves to 3 (tie goes up: 5 is 2 from 3
-    # and 2 from 7 -> 7).
-    chunks, out, zero = space_to_batch_nd_chunks(((2,), (5, 5), (3,)), [4], [[1, 1]])
-    assert chunks == ((2,), (7, 3), (3,))
-    assert out == ((2, 2, 2, 2), (2, 1), (3,))
-    assert zero == ((0, 0),)
-    # Whole blocks of padding (9 before = 2 blocks + 1 row, 8 after) become zero rows.
-    chunks, out, zero = space_to_batch_nd_chunks(((1,), (6,)), [4], [[9, 9]])
-    assert chunks == ((1,), (6,))
-    assert out == ((1, 1, 1, 1), (2,))
-    assert zero == ((2, 2),)
+    # s = 10 rows in chunks of 5, block 4, paddings (1, 1): 12 padded rows = 3 batch-side
+    # rows. The input keeps its chunks; the boundary at row 5 (padded 6) becomes the cut
+    # floor(6 / 4) = 1, so output chunk 1 (padded rows 4..11 = space rows 3..9) reads rows
+    # 3..4 of chunk 0 (a halo of fewer than 4 rows) and all of chunk 1.
+    out, reads = space_to_batch_nd_chunks(((2,), (5, 5), (3,)), [4], [[1, 1]])
+    assert out == ((8,), (1, 2), (3,))  # batch in one chunk: all 4 offsets in one block
+    assert reads == ((((0, 0, 3, 1),), ((0, 3, 5, 0), (1, 0, 5, 2))),)
+    # Several batch chunks: the input's batch chunks once per group.
+    assert space_to_batch_nd_chunks(((1, 1), (5, 5), (3,)), [4], [[1, 1]])[0][0] == (1, 1) * 4
+    # Whole blocks of padding (9 before = 2 blocks + 1 row, 8 after) are zero chunks that
+    # read nothing, cut like the data chunk (2 rows).
+    out, reads = space_to_batch_nd_chunks(((1,), (6,)), [4], [[9, 9]])
+    assert out == ((4,), (2, 2, 2))
+    assert reads == (((), ((0, 0, 6, 1),), ()),)
+    # Input chunks shorter than the block: one output chunk reads several of them.
+    out, reads = space_to_batch_nd_chunks(((1,), (1, 1, 1, 1)), [4], [[0, 0]])
+    assert out == ((4,), (1,))
+    assert reads == ((((0, 0, 1, 0), (1, 0, 1, 1), (2, 0, 1, 2), (3, 0, 1, 3)),),)
 
 
 def test_batch_to_space_nd_plan():
     # 2 groups of batch 3; spatial chunks (2, 2, 2) * block 2 = rows [0,4) [4,8) [8,12);
     # crops (5, 4) keep rows [5, 8): the first chunk is dropped, the last one too.
-    chunks, kept, out = batch_to_space_nd_chunks(((6,), (2, 2, 2), (1,)), [2], [[5, 4]])
+    chunks, kept, out = batch_to_space_nd_chunks(((3, 3), (2, 2, 2), (1,)), [2], [[5, 4]])
     assert chunks == ((3, 3), (2, 2, 2), (1,))
     assert kept == ((1, 2),)
     assert out == ((3,), (3,), (1,))
+    # A batch axis in one chunk stays one chunk: each block holds all groups of its rows.
+    assert batch_to_space_nd_chunks(((6,), (2, 2, 2), (1,)), [2], [[5, 4]])[0][0] == (6,)
+    # Batch chunks that straddle groups are cut at the group boundaries.
+    assert batch_to_space_nd_chunks(((4, 2), (2,), (1,)), [2], [[0, 0]])[0][0] == (3, 3)
 
 
 # --- graph shape ----------------------------------------------------------------------------
@@ -161,12 +171,41 @@ def test_space_to_batch_reads_one_block_per_output_block():
 def test_space_to_batch_padding_reads_nothing():
     x = da.zeros((1, 4, 4, 1), chunks=2, dtype=np.int16)
     y = ops.space_to_batch_nd(x, [2, 2], [[4, 2], [0, 0]])  # 2 whole zero rows before, 1 after
-    # Zero rows are chunked like the data rows (1 row each): H chunks 1+1 | 1+1 | 1.
-    assert y.chunks == ((1,) * 4, (1, 1, 1, 1, 1), (1, 1), (1,))
+    # Zero rows are chunked like the data rows (1 row each): H chunks 1+1 | 1+1 | 1; the
+    # batch axis is one chunk (all 4 offsets of the single image together).
+    assert y.chunks == ((4,), (1, 1, 1, 1, 1), (1, 1), (1,))
     reads = _source_blocks(y, x.name)
     zero_blocks = [k for k, blocks in reads.items() if not blocks]
-    assert len(zero_blocks) == 4 * 3 * 2  # (4 groups) x (3 zero chunks on H) x (2 W chunks)
+    assert len(zero_blocks) == 3 * 2  # (3 zero chunks on H) x (2 W chunks)
     assert all(len(blocks) <= 1 for blocks in reads.values())
+
+
+def test_space_to_batch_single_image_makes_one_output_block_per_input_block():
+    # Issue 9: a 4x4 block on a 4,320-block tile gives 4,320 output blocks, not 69,120.
+    x = da.zeros((1, 60 * 64, 72 * 64, 1), chunks=(1, 64, 64, 1), dtype=np.float32)
+    y = ops.space_to_batch_nd(x, [4, 4], [[0, 0], [0, 0]])
+    assert x.npartitions == 4320
+    assert y.npartitions == 4320
+    assert y.chunks[0] == (16,) and y.chunks[1] == (16,) * 60
+    assert _task_count(y) == 2 * 4320  # the input's tasks plus one per output block
+
+
+def test_padded_space_to_batch_reads_halos_not_a_rechunked_input():
+    # Paddings that are not multiples of the block: each output block reads its own input
+    # block and fewer than b boundary rows of its neighbours, through small edge tasks.
+    x = da.zeros((1, 40, 40, 3), chunks=(1, 10, 10, 3), dtype=np.float32)
+    y = ops.space_to_batch_nd(x, [4, 4], [[1, 3], [3, 1]])
+    graph = dict(y.__dask_graph__())
+    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+    reads = _source_blocks(y, x.name)
+    assert len(reads) == y.npartitions == x.npartitions
+    assert max(len(blocks) for blocks in reads.values()) == 4  # own block + 3 neighbours (2-D)
+    edges = [k for k in graph if "edge" in k[0]]
+    assert edges
+    edge_values = dask.get(graph, edges)
+    assert max(a.nbytes for a in edge_values) <= 3 * 10 * 3 * 4  # a few rows, never a block
+    # No output block is more than twice an input block.
+    assert max(a.nbytes for a in dask.get(graph, _flat_keys(y))) <= 2 * 10 * 10 * 3 * 4
 
 
 def test_batch_to_space_reads_one_block_from_each_group():
