@@ -23,6 +23,7 @@ import shutil
 import sys
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,7 +147,7 @@ class Input:
 def _zarr_node(path: str):
     import zarr
 
-    if "://" not in path and not Path(path).exists():
+    if not Path(path).exists():
         raise RunError(INPUT, f"input {path}: no such file or directory")
     try:
         return zarr.open(path, mode="r")
@@ -170,10 +171,18 @@ def _bare_array(node, chunks_text: str | None) -> xr.DataArray:
     return xr.DataArray(lazy, dims=dims, attrs=attrs)
 
 
+def _open_dataset(path: str, chunks) -> xr.Dataset:
+    """The group as xarray reads it, values as stored (no masking, scaling or time decoding)."""
+    with warnings.catch_warnings():  # a group without consolidated metadata is read all the same
+        warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated metadata")
+        return xr.open_zarr(path, chunks=chunks, mask_and_scale=False, decode_times=False,
+                            decode_timedelta=False)
+
+
 def _group_variable(path: str, node, variable: str | None, chunks_text: str | None) -> tuple[str, xr.DataArray]:
     """A variable of a group, opened with xarray (coordinates kept) when xarray can read it."""
     try:
-        ds = xr.open_zarr(path, chunks={}, mask_and_scale=False, decode_times=False, decode_timedelta=False)
+        ds = _open_dataset(path, chunks={})
     except Exception:  # e.g. Zarr v2 arrays without _ARRAY_DIMENSIONS: read them as bare arrays
         ds = None
     candidates = list(ds.data_vars) if ds is not None else [k for k, _ in node.arrays()]
@@ -190,8 +199,7 @@ def _group_variable(path: str, node, variable: str | None, chunks_text: str | No
     arr = ds[variable]
     chunks = parse_chunks(chunks_text, tuple(map(str, arr.dims)))
     if chunks:
-        arr = xr.open_zarr(path, chunks=chunks, mask_and_scale=False, decode_times=False,
-                           decode_timedelta=False)[variable]
+        arr = _open_dataset(path, chunks=chunks)[variable]
     arr.attrs.pop("_FillValue", None)
     arr.attrs = {**ds.attrs, **arr.attrs}
     return variable, arr
@@ -253,14 +261,10 @@ class Plan:
         return tuple(c[0] for c in self.result.chunks) if self.result.ndim else ()
 
 
-def build(op_name: str, input_items: list[str], output: str, *, param_items: list[str],
-          variable_items: list[str], chunks: str | None, overwrite: bool, output_variable: str | None,
-          dry_run: bool) -> Plan:
-    """Check everything, open the inputs and build the lazy result; nothing is computed."""
-    try:
-        op = registry.get(op_name)
-    except InvalidArgument as error:
-        raise usage(str(error)) from None
+def check_arguments(op: registry.Operator, input_items: list[str], param_items: list[str],
+                    variable_items: list[str]) -> tuple[dict, dict, dict, dict]:
+    """The flags, checked against the operator before anything is read: (keyword parameters,
+    input paths by role, variables by role, array inputs given as JSON values)."""
     params = parse_params(param_items)
     paths = parse_inputs(input_items, op)
     variables = parse_variables(variable_items, op)
@@ -282,29 +286,48 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
     stray = [k for k in variables if k not in paths]
     if stray:
         raise usage(f"--variable {stray[0]}=...: there is no --input {stray[0]}")
+    urls = [p for p in paths.values() if "://" in p]
+    if urls:
+        raise usage(f"--input must be a local path (object storage is not supported by run), got {urls[0]!r}")
     try:
-        _validate.params(op.params, **params)  # the operator's own message, before any input is read
+        _validate.params(op.params, **params)  # the operator's own message
     except InvalidArgument as error:
         raise usage(str(error)) from None
+    return params, paths, variables, literal_arrays
 
-    target = Path(output).absolute()
+
+def check_output(output: str, paths: dict[str, str], *, overwrite: bool, dry_run: bool) -> Path:
+    """The output's absolute path: a local path, not an input, free (or ``overwrite``)."""
     if "://" in output:
-        raise usage(f"--output must be a local path, got {output!r}")
+        raise usage(f"--output must be a local path (object storage is not supported by run), got {output!r}")
+    target = Path(output).absolute()
     for role, path in paths.items():
-        if "://" not in path and Path(path).absolute() == target:
+        if Path(path).resolve() == target.resolve():
             raise usage(f"--output {output} is the input {role}; write the result elsewhere")
     if (target.exists() or target.is_symlink()) and not overwrite and not dry_run:
         raise RunError(INPUT, f"output {output} exists; pass --overwrite to replace it")
     if not target.parent.is_dir():
         raise RunError(INPUT, f"output {output}: the directory {target.parent} does not exist")
+    return target
 
+
+def build(op_name: str, input_items: list[str], output: str, *, param_items: list[str],
+          variable_items: list[str], chunks: str | None, overwrite: bool, output_variable: str | None,
+          dry_run: bool) -> Plan:
+    """Check everything, open the inputs and build the lazy result; nothing is computed."""
+    try:
+        op = registry.get(op_name)
+    except InvalidArgument as error:
+        raise usage(str(error)) from None
+    params, paths, variables, literal_arrays = check_arguments(op, input_items, param_items, variable_items)
+    target = check_output(output, paths, overwrite=overwrite, dry_run=dry_run)
     opened = [open_input(role, path, variables.get(role), chunks if role == op.array_inputs[0] else None)
               for role, path in paths.items()]
     arrays = {i.role: i.array for i in opened}
     arrays.update({k: scalar_or_array(k, v, op) for k, v in literal_arrays.items()})
     try:
-        result = registry.apply(op.name, arrays, params)
-    except (InvalidArgument, IndexError) as error:
+        result = registry.apply(op.name, arrays, params)  # the graph, as the service builds it
+    except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
         raise usage(str(error)) from None
     result.encoding = {}
     if result.ndim:
@@ -345,7 +368,8 @@ def describe_plan(plan: Plan) -> list[str]:
         where = f"{i.path} variable {i.variable}" if i.variable else i.path
         lines.append(f"input {i.role}: {where}: {_describe(i.array)}")
         read += _nbytes(i.array.shape, i.array.dtype)
-    lines.append(f"output: {plan.output} variable {plan.variable}: {_describe(plan.result)}")
+    taken = " (exists: the run needs --overwrite)" if plan.output.exists() else ""
+    lines.append(f"output: {plan.output}{taken} variable {plan.variable}: {_describe(plan.result)}")
     lines.append(f"tasks: {len(optimized.__dask_graph__())} (after Dask's graph optimization; "
                  f"{len(graph.__dask_graph__())} before)")
     lines.append(f"bytes read: {read} (every input chunk once, uncompressed)")
