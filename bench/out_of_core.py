@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import json
 import math
 import os
 import re
@@ -55,6 +56,7 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 import zarr
+from dask.utils import parse_bytes
 from zarr.codecs import ZstdCodec
 
 import ops
@@ -199,18 +201,24 @@ class Cluster:
                 for addr, count in since.items()}
 
     def restarts(self) -> list[str]:
-        """What changed since the last call: workers gone or new, and restart lines in the nannies' logs."""
+        """Worker restarts since the last call, one entry each: the nannies' "Restarting worker"
+        lines with the reason logged before (memory budget, signal), or the change of worker
+        addresses and process ids if the logs say nothing."""
         found = []
-        now = self.workers()
-        if now != self.identity:
-            found.append(f"workers were {self.identity}, now {now}")
-            self.identity = now
         for name in self.names:
             text = self.procs.log(name)
+            reason = ""
             for line in text[self.log_offsets[name]:].splitlines():
-                if re.search(r"Restarting worker|exceeded 95% memory budget|Worker process \d+ was killed", line):
-                    found.append(f"{name}: {line.strip()}")
+                if re.search(r"memory budget|was killed by", line):
+                    reason = line.split(" - ")[-1].strip()
+                elif "Restarting worker" in line:
+                    found.append(f"{name}: restarted ({reason or 'no reason logged'})")
+                    reason = ""
             self.log_offsets[name] = len(text)
+        now = self.workers()
+        if now != self.identity and not found:
+            found.append(f"workers were {self.identity}, now {now}")
+        self.identity = now
         return found
 
     def close(self) -> None:
@@ -532,16 +540,22 @@ def store_graph(result: da.Array, z: zarr.Array) -> da.Array:
     return da.store(result, z, lock=False, compute=False)
 
 
-def compute_store(client, stored: da.Array) -> None:
-    """Run a store graph on the cluster. Its blocks are ``None``: they are gathered as they are,
-    where ``client.compute`` of the array would first concatenate them in one task."""
-    from distributed import futures_of
+def compute_store(client, stored: da.Array, timeout: float | None = None) -> None:
+    """Run a store graph on the cluster; TimeoutError (after cancelling it) past ``timeout`` seconds.
 
-    persisted = client.persist(stored)
+    Its blocks are ``None``: they are gathered as they are, where ``client.compute`` of the
+    array would first concatenate them in one task.
+    """
+    from distributed import futures_of, wait
+
+    futures = futures_of(client.persist(stored))
     try:
-        client.gather(futures_of(persisted))
-    finally:
-        del persisted
+        with client.as_current():  # wait() looks for the default client
+            wait(futures, timeout=timeout)
+    except TimeoutError:
+        client.cancel(futures, force=True)
+        raise TimeoutError(f"not done after {timeout:.0f} s; cancelled") from None
+    client.gather(futures)  # raises the first task error, if any
 
 
 def lazy_inputs(arrays: dict[str, zarr.Array]) -> dict[str, da.Array]:
@@ -585,7 +599,8 @@ def logical_bytes(arrays: dict[str, zarr.Array], case: Case, out: zarr.Array) ->
     return read, out.nbytes
 
 
-def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, *, check: bool = True) -> dict:
+def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, *, check: bool = True,
+             timeout: float | None = None) -> dict:
     """Build, time on the cluster, measure memory and restarts, check; a dict of what was seen."""
     out_name = f"out-{case.name}"
     row = {"name": case.name, "label": case.label, "storage": storage.kind, "error": None, "checked": 0}
@@ -598,7 +613,7 @@ def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, 
     since = cluster.reset_peaks()
     started = time.perf_counter()
     try:
-        compute_store(cluster.client, stored)
+        compute_store(cluster.client, stored, timeout)
     except Exception as exc:  # recorded, not hidden: a killed worker, a memory error, ...
         row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     row["seconds"] = time.perf_counter() - started
@@ -627,24 +642,26 @@ def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, 
 
 
 def run(cluster: Cluster, storage, sizes: Sizes, names: list[str], *, check: bool = True, copies: bool = True,
-        counts: bool = True, log=print) -> list[dict]:
+        counts: bool = True, timeout: float | None = None, log=print) -> list[dict]:
     """Write the inputs; run the copies, the operators ``names`` and the copies again (the faster
     of each copy is kept), each timed, measured and checked; remove everything written.
 
     ``copies=False`` skips the copies (no ratios); ``counts=False`` skips the task counts at twice
-    the input size. Returns one dict per run: the copies first, then ``names`` in order.
+    the input size; a run still going after ``timeout`` seconds is cancelled and recorded as
+    failed. Returns one dict per run: the copies first, then ``names`` in order.
     """
     started = time.perf_counter()
     arrays = write_inputs(cluster, storage, sizes)
-    log(f"[{storage.kind}] inputs written in {time.perf_counter() - started:.1f} s: x {list(sizes.x_shape)} "
-        f"chunks {list(sizes.x_chunks)}, src {list(sizes.src_shape)} chunks {list(sizes.src_chunks)}, "
-        f"indices [{sizes.tuples}, 3] chunks {list(sizes.indices_chunks)}")
+    setup = (f"x float32 {list(sizes.x_shape)} chunks {list(sizes.x_chunks)}, src int32 {list(sizes.src_shape)} "
+             f"chunks {list(sizes.src_chunks)}, indices int64 [{sizes.tuples}, 3] chunks {list(sizes.indices_chunks)}")
+    log(f"[{storage.kind}] inputs written in {time.perf_counter() - started:.1f} s: {setup}")
     baselines = [n for n in COPIES if copies and any(CASES[m].baseline == n for m in names)]
     rows: dict[str, dict] = {}
     try:
         with ThreadPoolExecutor(2) as pool:
             for name in [*baselines, *names, *baselines]:
-                row = run_case(CASES[name], cluster, storage, arrays, sizes, pool, check=check and name not in rows)
+                row = run_case(CASES[name], cluster, storage, arrays, sizes, pool, check=check and name not in rows,
+                               timeout=timeout)
                 log(f"[{storage.kind}] {name}: {row['seconds']:.2f} s, {row['tasks']} tasks, peaks {_peaks(row)} MiB, "
                     f"restarts {len(row['restarts'])}, checked {row['checked']} in {row['check_seconds']:.1f} s, "
                     f"error {row['error']}")
@@ -664,6 +681,7 @@ def run(cluster: Cluster, storage, sizes: Sizes, names: list[str], *, check: boo
         base = rows.get(CASES[row["name"]].baseline)
         row["throughput"] = max(row["bytes_in"], row["bytes_out"]) / row["seconds"]
         row["ratio"] = base and row["throughput"] / (max(base["bytes_in"], base["bytes_out"]) / base["seconds"])
+        row["setup"] = setup
     return list(rows.values())
 
 
@@ -760,16 +778,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--storage", choices=["local", "s3", "both"], default="both")
     parser.add_argument("--ops", nargs="+", default=[n for n in CASES if n not in COPIES],
                         choices=[n for n in CASES if n not in COPIES])
-    parser.add_argument("--tuples", type=int, default=10_000_000, help="GatherNd index tuples (default 1e7)")
+    parser.add_argument("--tuples", type=int, default=10_000_000,
+                        help="GatherNd index tuples at --gib (default 1e7; scaled with the size on S3)")
     parser.add_argument("--chunk-mib", type=int, default=16)
     parser.add_argument("--memory-limit", default="384MiB")
+    parser.add_argument("--timeout", type=float, default=900, help="cancel a run after this many seconds (900)")
     parser.add_argument("--no-check", action="store_true", help="skip the block-by-block check")
     parser.add_argument("--no-record", action="store_true", help="print only; no RESULTS.md, no plot")
+    parser.add_argument("--json", type=Path, help="also save the results here")
+    parser.add_argument("--from-json", type=Path, nargs="+", help="record saved results instead of running")
     args = parser.parse_args(argv)
-    kinds = ["local", "s3"] if args.storage == "both" else [args.storage]
-    from dask.utils import parse_bytes
+    if args.from_json:
+        results = {}
+        for path in args.from_json:
+            results.update(json.loads(path.read_text()))
+    else:
+        results = measure(args)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1, default=str))
+    text = "\n\n".join(table(rows, parse_bytes(args.memory_limit)) for rows in results.values())
+    print(text)
+    if not args.no_record:
+        plot(results, PLOT)
+        record(results, text, args)
 
-    limit = parse_bytes(args.memory_limit)
+
+def measure(args) -> dict[str, list[dict]]:
+    """One cluster; the runs on local disk and/or the S3 server, by storage kind."""
+    kinds = ["local", "s3"] if args.storage == "both" else [args.storage]
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-ooc-") as tmp:
         work = Path(tmp)
@@ -783,30 +819,23 @@ def main(argv: list[str] | None = None) -> None:
                     storage, gib = LocalStorage(work / "data"), args.gib
                 else:
                     storage, gib = S3Storage(procs, work), args.s3_gib
-                tuples = args.tuples if gib == args.gib else round(args.tuples * gib / args.gib)
-                sizes = Sizes(gib, args.chunk_mib, tuples)
-                results[kind] = run(cluster, storage, sizes, args.ops, check=not args.no_check)
+                sizes = Sizes(gib, args.chunk_mib, round(args.tuples * gib / args.gib))
+                results[kind] = run(cluster, storage, sizes, args.ops, check=not args.no_check, timeout=args.timeout)
         finally:
             if cluster:
                 cluster.close()
             procs.stop()
-    text = "\n\n".join(table(rows, limit) for rows in results.values())
-    print(text)
-    if not args.no_record:
-        plot(results, PLOT)
-        record(results, text, args)
+    return results
 
 
 def record(results, text: str, args) -> None:
+    """Append a section to bench/RESULTS.md: machine, setup, the table, the plot."""
     today = datetime.date.today().isoformat()
-    sizes = ", ".join(f"{kind} {rows[0]['bytes_in'] / GiB:.2f} GiB" for kind, rows in results.items())
+    setups = "\n".join(f"- {kind}: {rows[0]['setup']}" for kind, rows in results.items())
     with open(RESULTS, "a") as f:
         f.write(f"\n## `python -m bench.out_of_core` — {today}\n\n{machine()}\n")
         f.write(f"Cluster: `dask scheduler` + 2 x `dask worker --nthreads 1 --memory-limit {args.memory_limit}` on "
-                f"127.0.0.1; inputs ({sizes}) float32 [4, H, 1024, 64] in {args.chunk_mib} MiB chunks "
-                f"[1, rows, 1024, 64], int32 [m, 4096], zstd level 0 (the service's codec); "
-                f"GatherNd: {args.tuples:,} (local) int64 index tuples (c = 3, each a 64-float row) read lazily "
-                "from Zarr.\n\n")
+                f"127.0.0.1, Zarr v3 with zstd level 0 (the service's codec); inputs:\n{setups}\n\n")
         f.write(text + "\n\n![throughput per operator beside the copy](out_of_core.png)\n")
 
 
