@@ -682,7 +682,9 @@ def run(cluster: Cluster, storage, sizes: Sizes, names: list[str], *, check: boo
         row["throughput"] = max(row["bytes_in"], row["bytes_out"]) / row["seconds"]
         row["ratio"] = base and row["throughput"] / (max(base["bytes_in"], base["bytes_out"]) / base["seconds"])
         row["setup"] = setup
-    return list(rows.values())
+    # Each copy before the runs it is the yardstick of.
+    order = [n for copy in COPIES for n in (copy, *(m for m in names if CASES[m].baseline == copy))]
+    return [rows[n] for n in order if n in rows]
 
 
 def _best_of(first: dict, second: dict) -> dict:
@@ -753,19 +755,31 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(7 * len(results), 4.8), squeeze=False)
     for ax, (kind, rows) in zip(axes[0], results.items()):
         labels = [r["label"].replace(" (", "\n(").replace(", ", "\n") for r in rows]
-        values = [r["throughput"] / 1e6 for r in rows]
-        colors = ["#888888" if r["name"] in COPIES else ("#c0392b" if r["error"] or r["restarts"] else "#2e86c1")
-                  for r in rows]
+        failed = [bool(r["error"] or r["restarts"]) for r in rows]
+        values = [0 if bad else r["throughput"] / 1e6 for r, bad in zip(rows, failed)]
+        colors = ["#888888" if r["name"] in COPIES else "#2e86c1" for r in rows]
         bars = ax.bar(range(len(rows)), values, color=colors)
-        for bar, r in zip(bars, rows):
-            text = "copy" if r["name"] in COPIES else ("failed" if r["error"] or r["ratio"] is None else f"{r['ratio']:.2f}x")
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize=8)
-        gib = rows[0]["bytes_in"] / GiB
-        ax.set_title(f"{kind}: {gib:.2f} GiB float32 input, 2 workers x 384 MiB")
-        ax.set_ylabel("throughput, max(bytes in, out) / s [MB/s]")
+        top = max(values + [1])
+        for k, (bar, r, bad) in enumerate(zip(bars, rows, failed)):
+            if r["name"] in COPIES:
+                text = "copy"
+                # The target beside every run this copy is the yardstick of.
+                for m, other in enumerate(rows):
+                    if m != k and CASES[other["name"]].baseline == r["name"]:
+                        target = TARGETS.get(other["name"], 0.8) * bar.get_height()
+                        ax.hlines(target, m - 0.45, m + 0.45, colors="#c0392b", linestyles="dashed", linewidth=1)
+            elif bad:
+                text = "failed" + ("\nrestarted" if r["restarts"] else "")
+            else:
+                text = f"{r['ratio']:.2f}x" if r["ratio"] is not None else ""
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height() + top * 0.01), ha="center",
+                        va="bottom", fontsize=8, color="#c0392b" if bad else "black")
+        limit = next((p["limit"] for r in rows for p in r["peaks"].values() if p.get("limit")), None)
+        ax.set_title(f"{kind}: {rows[0]['bytes_in'] / GiB:.2f} GiB inputs, {len(rows[0]['peaks'])} workers x "
+                     f"{_mib(limit)} MiB")
+        ax.set_ylabel("max(bytes in, bytes out) / s [MB/s]")
         ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
-    fig.suptitle("Zarr -> op -> Zarr on a Dask cluster, beside a plain Zarr copy (grey)")
+    fig.suptitle("Zarr -> op -> Zarr on a Dask cluster beside a plain Zarr copy (grey); dashed: the target")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
