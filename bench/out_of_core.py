@@ -651,6 +651,7 @@ def run(cluster: Cluster, storage, sizes: Sizes, names: list[str], *, check: boo
     failed. Returns one dict per run: the copies first, then ``names`` in order.
     """
     started = time.perf_counter()
+    code = code_version()  # before the workers import ops
     arrays = write_inputs(cluster, storage, sizes)
     setup = (f"x float32 {list(sizes.x_shape)} chunks {list(sizes.x_chunks)}, src int32 {list(sizes.src_shape)} "
              f"chunks {list(sizes.src_chunks)}, indices int64 [{sizes.tuples}, 3] chunks {list(sizes.indices_chunks)}")
@@ -681,10 +682,19 @@ def run(cluster: Cluster, storage, sizes: Sizes, names: list[str], *, check: boo
         base = rows.get(CASES[row["name"]].baseline)
         row["throughput"] = max(row["bytes_in"], row["bytes_out"]) / row["seconds"]
         row["ratio"] = base and row["throughput"] / (max(base["bytes_in"], base["bytes_out"]) / base["seconds"])
-        row["setup"] = setup
+        row["setup"], row["code"] = setup, code
     # Each copy before the runs it is the yardstick of.
     order = [n for copy in COPIES for n in (copy, *(m for m in names if CASES[m].baseline == copy))]
     return [rows[n] for n in order if n in rows]
+
+
+def code_version() -> str:
+    """The commit the run used, and whether ops/ had uncommitted changes (a shared working tree)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "ops")
+    return f"code at {git('rev-parse', '--short', 'HEAD')}" + (" with uncommitted changes in ops/" if dirty else "")
 
 
 def _best_of(first: dict, second: dict) -> dict:
@@ -845,7 +855,7 @@ def measure(args) -> dict[str, list[dict]]:
 def record(results, text: str, args) -> None:
     """Append a section to bench/RESULTS.md: machine, setup, the table, the plot."""
     today = datetime.date.today().isoformat()
-    setups = "\n".join(f"- {kind}: {rows[0]['setup']}" for kind, rows in results.items())
+    setups = "\n".join(f"- {kind}: {rows[0]['setup']}; {rows[0].get('code', '')}" for kind, rows in results.items())
     with open(RESULTS, "a") as f:
         f.write(f"\n## `python -m bench.out_of_core` — {today}\n\n{machine()}\n")
         f.write(f"Cluster: `dask scheduler` + 2 x `dask worker --nthreads 1 --memory-limit {args.memory_limit}` on "
