@@ -37,6 +37,7 @@ from distributed.cli.dask_scheduler import main as dask_scheduler_cli
 from distributed.cli.dask_worker import main as dask_worker_cli
 from setuptools import find_packages
 
+import ops
 from service.cli import _serve_parser, settings_from
 from tests.service.test_e2e_http import _alive, _descendants, _free_port
 
@@ -45,7 +46,10 @@ DEPLOY = REPO / "deploy"
 COMPOSE_FILE = DEPLOY / "compose.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
-BIN = Path(sys.executable).parent  # the image puts /opt/venv/bin first on PATH; here: the venv's bin
+# The image puts /opt/venv/bin first on PATH; here: the venv's bin, or the environment that
+# deploy/check_install.py built from the image's build context.
+BIN = Path(os.environ.get("DEPLOY_TEST_BIN") or Path(sys.executable).parent)
+PYTHON = str(BIN / "python") if os.environ.get("DEPLOY_TEST_BIN") else sys.executable
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 TOKEN_VARIABLE = "CHUNKED_TENSOR_OPS_TOKEN"
 NPY = "application/x-npy"
@@ -427,7 +431,7 @@ class Substitution:
 
     def argv(self, owner: str, argv: list[str]) -> list[str]:
         executable = argv[0]
-        out = [sys.executable if executable == "python" else str(BIN / executable)]
+        out = [PYTHON if executable == "python" else str(BIN / executable)]
         previous = None
         for token in argv[1:]:
             match = re.fullmatch(r"tcp://([\w.-]+):(\d+)", token)
@@ -448,7 +452,7 @@ class Substitution:
     def healthcheck(self, owner: str, test: list[str]) -> list[str]:
         code = re.sub(r"http://127\.0\.0\.1:(\d+)", lambda m: f"http://127.0.0.1:{self.port(owner, m[1])}",
                       healthcheck_code(test))
-        return [sys.executable, "-c", code]
+        return [PYTHON, "-c", code]
 
 
 def test_the_substitution_changes_only_hosts_ports_paths_and_executables(tmp_path):
@@ -505,15 +509,17 @@ class Stack:
 
 
 def _dockerfile_env(tmp: Path) -> dict[str, str]:
-    """The runtime stage's ENV, its /tmp paths moved under the test's directory. PATH is the
-    venv's here; NUMBA_CACHE_DIR is left to the venv's own (warm) cache: a fresh one would make
-    each worker compile the kernels again, which is not what this test is about."""
+    """The runtime stage's ENV: its /tmp paths moved under the test's directory, /opt/venv/bin
+    in PATH is BIN. NUMBA_CACHE_DIR is left to the venv's own (warm) cache: a fresh one would
+    make each worker compile the kernels again, which is not what this test is about."""
     env = {}
     for instruction in final_stage():
         if instruction.keyword == "ENV":
             for pair in shlex.split(instruction.arguments):
                 name, value = pair.split("=", 1)
-                if name not in ("PATH", "NUMBA_CACHE_DIR"):
+                if name == "PATH":
+                    env[name] = value.replace("/opt/venv/bin", str(BIN)).replace("$PATH", os.environ["PATH"])
+                elif name != "NUMBA_CACHE_DIR":
                     env[name] = re.sub(r"^/tmp", str(tmp), value)
     return env
 
@@ -675,6 +681,7 @@ def test_an_async_job_through_the_compose_commands_is_bit_exact(stack):
     expected = x.reshape(n, h, w, 2, 2, c // 4).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * 2, w * 2, c // 4)
     assert y.dtype == expected.dtype and y.shape == expected.shape
     assert y.tobytes() == np.ascontiguousarray(expected).tobytes()
+    assert y.tobytes() == np.ascontiguousarray(ops.depth_to_space(x, 2)).tobytes()  # the library's NumPy kernel
     # The workers wrote the result into the shared volume (here: the test's directory).
     written = [p for p in stack.data_dir.rglob("*") if p.is_file() and "deploy-y" in str(p.relative_to(stack.data_dir))]
     assert written, sorted(str(p) for p in stack.data_dir.rglob("*"))
