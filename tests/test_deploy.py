@@ -53,7 +53,7 @@ PYTHON = str(BIN / "python") if os.environ.get("DEPLOY_TEST_BIN") else sys.execu
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 TOKEN_VARIABLE = "CHUNKED_TENSOR_OPS_TOKEN"
 NPY = "application/x-npy"
-START_TIMEOUT = 60.0
+START_TIMEOUT = 120.0  # each start-up phase; seconds when idle, generous for a loaded machine
 STOP_TIMEOUT = 20.0
 JOB_TIMEOUT = 90.0  # seconds when the machine is idle; generous for a loaded CI machine
 
