@@ -380,11 +380,12 @@ def describe_plan(plan: Plan) -> list[str]:
 # --- running ----------------------------------------------------------------------------------
 
 
-def connect(settings):
-    """A ``service.cluster.Cluster``, started and answering (exit 4 otherwise)."""
+def connect(settings, *, dashboard: bool = False):
+    """A ``service.cluster.Cluster``, started and answering (exit 4 otherwise). The embedded
+    cluster gets a dashboard only when asked: it costs the start-up more than a small run."""
     from service.cluster import Cluster, ClusterUnavailable
 
-    cluster = Cluster(settings)
+    cluster = Cluster(settings, dashboard=dashboard)
     try:
         if cluster.embedded:
             cluster.start()
@@ -495,17 +496,19 @@ def publish(built: Path, target: Path, overwrite: bool) -> None:
         raise RunError(INPUT, f"output {target} appeared while computing: {error}") from None
 
 
-def execute(plan: Plan, settings, *, overwrite: bool, show_progress: bool) -> dict:
+def execute(plan: Plan, settings, *, overwrite: bool, show_progress: bool, dashboard: bool = False) -> dict:
     """Compute the plan on the cluster and publish the output. Returns a summary."""
     from distributed.comm.core import CommClosedError
 
-    cluster = connect(settings)
+    cluster = connect(settings, dashboard=dashboard)
     built = plan.output.with_name(f".{plan.output.name}.tmp-{uuid.uuid4().hex[:8]}")
     started = time.monotonic()
     future = None
     bar = ProgressBar(enabled=show_progress)
     try:
         client = cluster.live_client()
+        if dashboard and client.dashboard_link:
+            print(f"dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
         graph = plan.store_graph(str(built))
         future = client.compute(graph)
         try:
@@ -542,7 +545,8 @@ def run(args, settings) -> int:
     if args.dry_run:
         print("\n".join(describe_plan(plan)))
         return OK
-    summary = execute(plan, settings, overwrite=args.overwrite, show_progress=not args.quiet)
+    summary = execute(plan, settings, overwrite=args.overwrite, show_progress=not args.quiet,
+                      dashboard=args.dashboard)
     print(f"wrote {summary['output']} (variable {plan.variable}): {_describe(plan.result)} "
           f"in {summary['seconds']:.1f} s")
     return OK

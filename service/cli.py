@@ -7,8 +7,11 @@ Every ``serve`` flag has an environment variable ``CHUNKED_TENSOR_OPS_<FLAG>``; 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import warnings
 
 from service import batch
@@ -66,6 +69,7 @@ exit codes:
   2  usage or a bad parameter (the operator's own message), before any work is scheduled
   3  an input not found or not readable as Zarr, or the output exists (see --overwrite)
   4  the Dask cluster is unreachable (or was lost while computing)
+  130  interrupted (Ctrl-C or SIGTERM); the temporary output is removed
 Errors are one line on stderr; --verbose adds the traceback. See docs/cli.md.
 """
 
@@ -95,6 +99,8 @@ def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--memory-limit", metavar="SIZE", help="embedded cluster: memory limit per worker, e.g. 2GiB (default 2GiB)")
     add("--in-process", action="store_true",
         help="embedded cluster: workers as threads of this process (quick start, small inputs)")
+    add("--dashboard", action="store_true", help="print the link to the Dask dashboard (an embedded cluster "
+                                                 "starts one only then)")
     add("--quiet", action="store_true", help="no progress bar")
     add("--verbose", action="store_true", help="tracebacks with errors")
     return parser
@@ -108,17 +114,37 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
     parser.error = error
 
 
-def _quiet_dask() -> None:
+@contextlib.contextmanager
+def _quiet_dask(quiet: bool):
     """Dask's own logs (a worker's "Compute Failed" with its traceback, shutdown notices) off:
     the one-line error says what failed; --verbose keeps them. Worker processes inherit the
-    environment variable; in-process workers and the scheduler share these loggers."""
+    environment variable (and a nanny hands its worker the config); in-process workers and
+    the scheduler share the loggers. All restored afterwards (``main`` may run in a process
+    that goes on)."""
     import logging
 
     import dask
 
+    if not quiet:
+        yield
+        return
+    logger = logging.getLogger("distributed")
+    level, env = logger.level, os.environ.get("DASK_LOGGING__DISTRIBUTED")
     os.environ["DASK_LOGGING__DISTRIBUTED"] = "critical"
-    dask.config.set({"logging.distributed": "critical"})  # the config a nanny hands its worker process
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with dask.config.set({"logging.distributed": "critical"}):
+            yield
+    finally:
+        logger.setLevel(level)
+        if env is None:
+            os.environ.pop("DASK_LOGGING__DISTRIBUTED", None)
+        else:
+            os.environ["DASK_LOGGING__DISTRIBUTED"] = env
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,17 +152,19 @@ def run(args: argparse.Namespace) -> int:
     given = {"scheduler": args.scheduler, "scheduler_timeout": args.scheduler_timeout,
              "n_workers": args.n_workers, "threads_per_worker": args.threads_per_worker,
              "memory_limit": args.memory_limit, "cluster_processes": False if args.in_process else None}
-    # xarray's consolidated metadata in Zarr v3 is not in the spec yet; the user cannot act on it
-    warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
-    if not args.verbose:
-        _quiet_dask()
     try:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as error:  # pydantic: e.g. --n-workers 0
         print(f"chunked-tensor-ops run: error: {error}".replace("\n", " "), file=sys.stderr)
         return batch.USAGE
+    # SIGTERM cleans up as Ctrl-C does (no temporary output left); the previous handler is back after
+    previous = signal.signal(signal.SIGTERM, _interrupted) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
-        return batch.run(args, settings)
+        with _quiet_dask(not args.verbose), warnings.catch_warnings():
+            # xarray's consolidated metadata in Zarr v3 is not in the spec yet; nothing for the user to do
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
+            return batch.run(args, settings)
     except batch.RunError as error:
         if args.verbose:
             import traceback
@@ -153,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"chunked-tensor-ops run: error: {type(error).__name__}: {error}".replace("\n", " "),
               file=sys.stderr)
         return batch.FAILED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,10 @@ class Cluster:
     """Owns the distributed ``Client`` (and the LocalCluster when embedded). Blocking methods;
     call them from threads."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, *, dashboard: bool = True):
         self.settings = settings
         self.embedded = settings.scheduler is None
+        self.dashboard = dashboard  # the embedded cluster's (a quicker start without: the command line)
         self._local: LocalCluster | None = None
         self._client: Client | None = None
         self._lock = threading.Lock()
@@ -41,7 +42,8 @@ class Cluster:
             where = {"host": "127.0.0.1"} if s.cluster_processes else {}
             self._local = LocalCluster(
                 n_workers=s.n_workers, threads_per_worker=s.threads_per_worker, memory_limit=s.memory_limit,
-                processes=s.cluster_processes, dashboard_address="127.0.0.1:0", **where,
+                processes=s.cluster_processes, dashboard_address="127.0.0.1:0",
+                scheduler_kwargs={"dashboard": self.dashboard}, **where,
             )
             self._client = Client(self._local, set_as_default=False)
         else:
