@@ -223,7 +223,10 @@ class ObjectArrayStore(ArrayStore):
         self.chunk_bytes = chunk_bytes
         self.max_upload_bytes = max_upload_bytes
         self.options = options
-        self._secrets = [v for k, v in options.items() if k in ("key", "secret", "token") and isinstance(v, str) and v]
+        # Scrubbed from every message (a value too short to be a real credential would only
+        # mangle the text around it).
+        self._secrets = [v for k, v in options.items()
+                         if k in ("key", "secret", "token") and isinstance(v, str) and len(v) >= 6]
         # The API process's own client: no listing cache (another request may just have written).
         self.fs = s3fs.S3FileSystem(**options, use_listings_cache=False, skip_instance_cache=True)
         self.state_dir = Path(state_dir).resolve()
