@@ -260,6 +260,26 @@ def test_exit_codes_one_line_each(inputs, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.zarr")] == []
 
 
+def test_sigterm_stops_the_run_and_leaves_nothing(tmp_path):
+    """Interrupted while the workers compute: exit 130, no output, no temporary directory."""
+    many = write_array(tmp_path / "many.zarr", np.zeros((2, 32, 32, 16), np.float32), (1, 2, 2, 16))  # 512 chunks
+    out = tmp_path / "out.zarr"
+    proc = subprocess.Popen(command("depth_to_space", "--input", str(many), "--param", "block_size=2",
+                                    "--output", str(out), *QUICK), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        first = proc.stderr.readline()  # the progress bar's first line: the tasks are on the cluster
+        assert re.match(r"\[ *\] +0% 0/\d+ tasks", first), first
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.zarr.tmp-")]  # being written
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err.splitlines()[-1] == "chunked-tensor-ops run: interrupted; no output was written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.zarr"]
+
+
 def main_in_process(capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(["run", *args])
     captured = capsys.readouterr()
