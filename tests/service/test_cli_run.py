@@ -418,3 +418,16 @@ def test_chunks_forms():
         with pytest.raises(batch.RunError) as error:
             batch.parse_chunks(bad, dims)
         assert error.value.code == batch.USAGE and repr(bad) in str(error.value)
+
+
+def test_help_documents_the_parameter_forms_and_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", "--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    for code in (batch.OK, batch.FAILED, batch.USAGE, batch.INPUT, batch.CLUSTER, 130):
+        assert re.search(rf"^  {code}  \S", text, flags=re.M), code
+    for flag in ("--input", "--output", "--variable", "--param", "--scheduler", "--chunks", "--dry-run",
+                 "--overwrite", "--n-workers", "--memory-limit", "--in-process"):
+        assert flag in text
+    assert "mode=DCR" in text and "--input indices=" in text
