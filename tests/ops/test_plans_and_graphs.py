@@ -226,26 +226,77 @@ def test_batch_to_space_does_not_read_cropped_blocks():
     assert y.shape == (1, 4, 12, 1)
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda x: ops.depth_to_space(x, 2),
-        lambda x: ops.space_to_depth(x, 2),
-        lambda x: ops.space_to_batch(x, 2, [0, 0, 2, 2]),
-        lambda x: ops.batch_to_space_nd(x, [2, 2], [[1, 1], [0, 2]]),
-    ],
-)
-def test_graphs_grow_linearly_with_blocks(build):
+def _rearrangements():
+    """(name, build) for every rearranging operator, on x of shape [B, 8*n, 8, 4]."""
+    return [
+        ("depth_to_space", lambda x: ops.depth_to_space(x, 2)),
+        ("space_to_depth", lambda x: ops.space_to_depth(x, 2)),
+        ("space_to_batch", lambda x: ops.space_to_batch(x, 2, [0, 0, 2, 2])),
+        ("space_to_batch_halo", lambda x: ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])),
+        ("space_to_batch_halo_4", lambda x: ops.space_to_batch_nd(x, [4, 4], [[3, 1], [1, 3]])),
+        ("batch_to_space", lambda x: ops.batch_to_space_nd(x, [2, 2], [[1, 1], [0, 2]])),
+    ]
+
+
+def _check_graph(y: da.Array, x_block_bytes: int, max_reads: int | None = 4) -> int:
+    """Task count of y's graph; asserts that no task reads many blocks and that no task's
+    result (any intermediate layer included) is larger than a few (4) input blocks, i.e. no
+    rechunk or concatenation gathers the input."""
+    graph = dict(y.__dask_graph__())
+    if max_reads is not None:
+        assert max(len(get_dependencies(graph, k)) for k in graph) <= max_reads
+    values = dask.get(graph, list(graph))
+    assert max(v.nbytes for v in values if isinstance(v, np.ndarray)) <= 4 * x_block_bytes
+    return len(graph)
+
+
+def _linear(small: int, large: int) -> bool:
+    """Twice the blocks, about twice the tasks (boundaries between blocks add a constant)."""
+    return 1.9 <= large / small <= 2.1
+
+
+@pytest.mark.parametrize("batch_chunk", [1, 4], ids=["batch-chunked", "batch-one-chunk"])
+@pytest.mark.parametrize("name,build", _rearrangements(), ids=[n for n, _ in _rearrangements()])
+def test_graphs_grow_linearly_with_blocks(name, build, batch_chunk):
     def tasks(n_chunks):
-        x = da.zeros((8, 8 * n_chunks, 8, 4), chunks=(2, 8, 4, 4), dtype=np.float32)
-        y = build(x)
-        graph = dict(y.__dask_graph__())
-        # No task reads a large share of the blocks.
-        assert max(len(get_dependencies(graph, k)) for k in graph) <= 4
-        return len(graph)
+        x = da.random.random((4, 8 * n_chunks, 8, 4), chunks=(batch_chunk, 8, 4, 4)).astype(np.float32)
+        return _check_graph(build(x), batch_chunk * 8 * 4 * 4 * 4)
 
     small, large = tasks(4), tasks(8)
-    assert abs(large - 2 * small) <= 2
+    assert _linear(small, large), (small, large)
+
+
+@pytest.mark.parametrize("lazy_indices", [False, True], ids=["concrete-indices", "lazy-indices"])
+def test_gather_nd_graph_grows_linearly(lazy_indices):
+    # Params past the chunk budget (lazy indices then take the shuffle plan, never a
+    # rechunk of params into one block). Graphs grow linearly with the params blocks and
+    # with the indices blocks; with lazy indices requests are per (indices block, params
+    # block) pair, so doubling both would quadruple that part.
+    rng = np.random.default_rng(0)
+
+    def tasks(params_chunks, index_chunks):
+        params = da.random.random((8 * params_chunks, 8, 4), chunks=(8, 8, 4)).astype(np.float32)
+        indices = rng.integers(0, [8 * params_chunks, 8], size=(16 * index_chunks, 2))
+        indices = da.from_array(indices, chunks=(16, 2)) if lazy_indices else indices
+        with dask.config.set({"array.chunk-size": "1KiB"}):
+            y = ops.gather_nd(params, indices)
+        # An output block gathers from every params block it hits: many reads, small pieces.
+        return _check_graph(y, 8 * 8 * 4 * 4, max_reads=None)
+
+    base = tasks(4, 4)
+    assert tasks(8, 8) <= 4.2 * base  # at most quadratic in blocks, however the indices fall
+    for more_params, more_indices in ((8, 4), (4, 8)):
+        grown = tasks(more_params, more_indices)
+        assert grown <= 2.1 * base, (base, grown)
+
+
+def test_ascend_dequant_graph_grows_linearly():
+    def tasks(n_chunks):
+        src = da.random.randint(-100, 100, (64 * n_chunks, 32), chunks=(64, 32)).astype(np.int32)
+        return _check_graph(ops.ascend_dequant(src, 0.5, dst_dtype="float32"), 64 * 32 * 4)
+
+    small, large = tasks(4), tasks(8)
+    assert _linear(small, large), (small, large)
 
 
 def test_building_is_lazy_and_quick_on_huge_arrays():
