@@ -447,16 +447,15 @@ def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     answered = time.monotonic()
     try:
         while not future.done():
-            if tracked:
-                try:
-                    counts = client.run_on_scheduler(progress.count, job_id=job, callback_timeout=bound)
-                    answered = time.monotonic()
-                    if counts:
-                        bar.show(counts[0] - counts[1], counts[0])
-                except Exception as error:
-                    if time.monotonic() - answered > patience and not future.done():
-                        raise RunError(CLUSTER, f"the Dask scheduler has not answered for {patience:.0f} s "
-                                                f"({type(error).__name__}: {error})") from None
+            try:  # also the scheduler's sign of life (None when it does not track the run)
+                counts = client.run_on_scheduler(progress.count, job_id=job, callback_timeout=bound)
+                answered = time.monotonic()
+                if counts:
+                    bar.show(counts[0] - counts[1], counts[0])
+            except Exception as error:  # a frozen scheduler keeps its connection open: only silence tells
+                if time.monotonic() - answered > patience and not future.done():
+                    raise RunError(CLUSTER, f"the Dask scheduler has not answered for {patience:.0f} s "
+                                            f"({type(error).__name__}: {error})") from None
             time.sleep(0.1)
         if tracked and future.status == "finished":
             bar.show(total, total)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -361,7 +362,7 @@ def test_verbose_shows_the_traceback(inputs, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
-    """The address of a ``dask scheduler`` with one ``dask worker``, each its own process."""
+    """(address, process) of a ``dask scheduler`` with one ``dask worker``, each its own process."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     logs = tmp_path_factory.mktemp("cli-dask-logs")
@@ -375,12 +376,14 @@ def scheduler(tmp_path_factory):
     try:
         with Client(address, timeout=60, set_as_default=False) as client:  # retries until it listens
             client.wait_for_workers(1, timeout=60)
-        yield address
+        yield address, procs[0]
     finally:
+        procs[0].send_signal(signal.SIGCONT)  # in case a test left it frozen
         _stop(procs)
 
 
 def test_existing_scheduler_and_overwrite(scheduler, inputs, tmp_path):
+    scheduler, _ = scheduler
     out, existing = tmp_path / "d2s.zarr", tmp_path / "existing.zarr"
     xr.Dataset({"image": (("n", "y", "x", "c"), IMAGE)}).to_zarr(existing, zarr_format=3)
     scene = str(inputs / "scene.zarr")
@@ -396,6 +399,33 @@ def test_existing_scheduler_and_overwrite(scheduler, inputs, tmp_path):
     assert replaced.returncode == 0, replaced.stderr
     assert_same(read_output(existing, "image").values, ops.space_to_depth(IMAGE, 2))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d2s.zarr", "existing.zarr"]  # nothing left aside
+
+
+def test_a_frozen_scheduler_is_exit_4_not_a_hang(scheduler, tmp_path):
+    """The scheduler stops answering mid-run (SIGSTOP keeps its connections open): the run
+    gives up after 3 x --scheduler-timeout of silence."""
+    address, process = scheduler
+    many = write_array(tmp_path / "many.zarr", np.zeros((2, 32, 32, 16), np.float32), (1, 2, 2, 16))
+    proc = subprocess.Popen(command("depth_to_space", "--input", str(many), "--param", "block_size=2",
+                                    "--output", str(tmp_path / "out.zarr"), "--scheduler", address,
+                                    "--scheduler-timeout", "1"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        first = proc.stderr.readline()  # the tasks are on the cluster
+        assert re.match(r"\[ *\] +0% 0/\d+ tasks", first), first
+        process.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        waited = time.monotonic() - frozen
+    finally:
+        process.send_signal(signal.SIGCONT)
+        proc.kill()
+    assert proc.returncode == 4, (proc.returncode, err)
+    assert re.fullmatch(r"chunked-tensor-ops run: error: the Dask scheduler has not answered for 3 s \(.*\)",
+                        err.splitlines()[-1]), err
+    assert waited < 60, waited
+    assert not (tmp_path / "out.zarr").exists()
 
 
 # --- parsing (in process) -----------------------------------------------------------------------
