@@ -361,9 +361,49 @@ def _piece_args(x: da.Array, key, combo, layer, edge_key):
     return [key, index, offsets]
 
 
+def _whole_blocks(reads, out_chunks, in_chunks, block_shape) -> bool:
+    """Whether every data block of the output is exactly one whole input block, in order."""
+    for axis_reads, out, chunks, b in zip(reads, out_chunks, in_chunks, block_shape):
+        data = [(r, n) for r, n in zip(axis_reads, out) if r]
+        if len(data) != len(chunks):
+            return False
+        for k, (r, n) in enumerate(data):
+            if r != ((k, 0, chunks[k], 0),) or n * b != chunks[k]:
+                return False
+    return True
+
+
+def _build_space_to_batch_blockwise(x: da.Array, block_shape, out_chunks, reads) -> da.Array:
+    """Each input block is one output block: a blockwise map (Dask fuses it with the read of
+    the block and the write of the result, one task per block), zero blocks around it."""
+    m = len(block_shape)
+    data_chunks = [tuple(n for r, n in zip(reads[i], out_chunks[1 + i]) if r) for i in range(m)]
+    y = x.map_blocks(
+        space_to_batch_nd_kernel, list(block_shape), [[0, 0]] * m,
+        chunks=(out_chunks[0], *data_chunks, *x.chunks[1 + m :]),
+        dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype),
+        name=f"space_to_batch_nd-{tokenize(x, block_shape, out_chunks)}",
+    )
+    for i in range(m):
+        before = out_chunks[1 + i][: next(k for k, r in enumerate(reads[i]) if r)]
+        after = out_chunks[1 + i][len(before) + len(data_chunks[i]) :]
+        pieces = [y]
+        for zero_chunks, at in ((before, 0), (after, 1)):
+            if zero_chunks:
+                chunks = list(y.chunks)
+                chunks[1 + i] = zero_chunks
+                zeros = da.zeros(tuple(map(sum, chunks)), dtype=y.dtype, chunks=tuple(chunks))
+                pieces.insert(0 if at == 0 else len(pieces), zeros)
+        if len(pieces) > 1:
+            y = da.concatenate(pieces, axis=1 + i)
+    return y
+
+
 def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings)
     m = len(block_shape)
+    if x.numblocks[0] == 1 and _whole_blocks(reads, out_chunks[1 : 1 + m], x.chunks[1 : 1 + m], block_shape):
+        return _build_space_to_batch_blockwise(x, block_shape, out_chunks, reads)
     groups = math.prod(block_shape)
     token = tokenize(x, block_shape, paddings)
     name, all_name, edge_name = (f"space_to_batch_nd{part}-{token}" for part in ("", "-all", "-edge"))
@@ -417,6 +457,11 @@ def _batch_to_space_block(blocks, block_shape, crops):
     return batch_to_space_nd_kernel(list(blocks), block_shape, crops)
 
 
+def _batch_to_space_local(block, block_shape, local_crops, block_id=None):
+    crops = [axis_crops[block_id[1 + i]] for i, axis_crops in enumerate(local_crops)]
+    return batch_to_space_nd_kernel(block, block_shape, crops)
+
+
 def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, int]]:
     """(crop before, crop after) of each kept input chunk of one spatial axis."""
     bounds = _chunks.boundaries(chunks)
@@ -440,6 +485,13 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))
     ]
     name = f"batch_to_space_nd-{tokenize(x, block_shape, crops)}"
+    if single and all(k == (0, n) for k, n in zip(kept, x.numblocks[1 : 1 + m])):
+        # Each input block is one output block: a blockwise map, which Dask fuses with the
+        # read of the block and the write of the result.
+        return x.map_blocks(
+            _batch_to_space_local, list(block_shape), local_crops,
+            chunks=out_chunks, dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype), name=name,
+        )
     layer = {}
     for index in np.ndindex(*map(len, out_chunks)):
         # Spatial block k of the output is input chunk kept[i][0] + k (of every group).
