@@ -36,7 +36,6 @@ from functools import wraps
 from pathlib import Path
 
 import xarray as xr
-import zarr
 from zarr.storage import FsspecStore
 
 from service.errors import PROJECT, ServiceError, conflict, no_such_array

@@ -384,7 +384,7 @@ def test_zarr_keys_ranges_and_path_safety(client, bucket):
     # keys outside the array's version are never served
     put(client, "s3_other", np.zeros(3, np.int8))
     for key in ("../s3_other/zarr.json", "..%2Fs3_other%2Fzarr.json", "s3_keys/c", "nope", "s3_keys/c/9/0",
-                f"../../refs/s3_other", f"..%2F..%2Frefs%2Fs3_other"):
+                "../../refs/s3_other", "..%2F..%2Frefs%2Fs3_other"):
         response = client.get(f"/arrays/s3_keys/zarr/{key}")
         assert response.status_code in (400, 404), (key, response.status_code)
 
