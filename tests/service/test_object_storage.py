@@ -387,6 +387,10 @@ def test_zarr_keys_ranges_and_path_safety(client, bucket):
                 "../../refs/s3_other", "..%2F..%2Frefs%2Fs3_other"):
         response = client.get(f"/arrays/s3_keys/zarr/{key}")
         assert response.status_code in (400, 404), (key, response.status_code)
+    store = store_of(client)  # past the HTTP client's own normalisation of ".."
+    for key in ("../s3_other/zarr.json", "../../refs/s3_other", "./zarr.json", "s3_keys//c/2/0", "/zarr.json"):
+        assert store.open_key("s3_keys", key) is None, key
+    assert store.open_key("s3_keys", "s3_keys/c/2/0").read(0, len(stored)) == stored
 
 
 def test_xarray_open_zarr_over_http(client):
