@@ -245,6 +245,7 @@ class Plan:
     result: xr.DataArray          # rechunked to the output's Zarr chunks
     output: Path
     variable: str
+    dims: dict | None = None      # roles -> dim names (--param dims=...)
 
     def store_graph(self, target):
         """The Dask graph (a Delayed) that writes the data to ``target``; metadata written now."""
@@ -264,11 +265,15 @@ class Plan:
 def check_arguments(op: registry.Operator, input_items: list[str], param_items: list[str],
                     variable_items: list[str]) -> tuple[dict, dict, dict, dict]:
     """The flags, checked against the operator before anything is read: (keyword parameters,
-    input paths by role, variables by role, array inputs given as JSON values)."""
+    input paths by role, variables by role, array inputs given as JSON values, the ``dims``
+    mapping of roles to dim names or None)."""
     params = parse_params(param_items)
     paths = parse_inputs(input_items, op)
     variables = parse_variables(variable_items, op)
     literal_arrays = {k: params.pop(k) for k in list(params) if k in op.array_inputs}
+    dims = params.pop("dims", None) if op.accepts_dims else None
+    if dims is not None and not (isinstance(dims, dict) and all(isinstance(v, str) for v in dims.values())):
+        raise usage(f"--param dims must map roles to dim names as JSON, e.g. dims={{\"H\":\"row\"}}; got {dims!r}")
     both = [k for k in literal_arrays if k in paths]
     if both:
         raise usage(f"{both[0]} is given both as --input and as --param; give it once")
@@ -293,7 +298,7 @@ def check_arguments(op: registry.Operator, input_items: list[str], param_items: 
         _validate.params(op.params, **params)  # the operator's own message
     except InvalidArgument as error:
         raise usage(str(error)) from None
-    return params, paths, variables, literal_arrays
+    return params, paths, variables, literal_arrays, dims
 
 
 def check_output(output: str, paths: dict[str, str], *, overwrite: bool, dry_run: bool) -> Path:
@@ -319,14 +324,14 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         op = registry.get(op_name)
     except InvalidArgument as error:
         raise usage(str(error)) from None
-    params, paths, variables, literal_arrays = check_arguments(op, input_items, param_items, variable_items)
+    params, paths, variables, literal_arrays, dims = check_arguments(op, input_items, param_items, variable_items)
     target = check_output(output, paths, overwrite=overwrite, dry_run=dry_run)
     opened = [open_input(role, path, variables.get(role), chunks if role == op.array_inputs[0] else None)
               for role, path in paths.items()]
     arrays = {i.role: i.array for i in opened}
     arrays.update({k: scalar_or_array(k, v, op) for k, v in literal_arrays.items()})
     try:
-        result = registry.apply(op.name, arrays, params)  # the graph, as the service builds it
+        result = registry.apply(op.name, arrays, params, dims)  # the graph, as the service builds it
     except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
         raise usage(str(error)) from None
     result.encoding = {}
@@ -334,7 +339,7 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
-    return Plan(op, params, opened, result, target, variable)
+    return Plan(op, params, opened, result, target, variable, dims)
 
 
 def zarr_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
@@ -363,7 +368,8 @@ def describe_plan(plan: Plan) -> list[str]:
     graph = plan.store_graph(zarr.storage.MemoryStore())  # the very graph a run computes
     (optimized,) = dask.optimize(graph)  # as the client optimizes it before the scheduler gets it
     read = 0
-    lines = [f"operator: {plan.op.name} {json.dumps(plan.kwargs, separators=(',', ':'))}"]
+    shown = {**plan.kwargs, **({"dims": plan.dims} if plan.dims else {})}
+    lines = [f"operator: {plan.op.name} {json.dumps(shown, separators=(',', ':'))}"]
     for i in plan.inputs:
         where = f"{i.path} variable {i.variable}" if i.variable else i.path
         lines.append(f"input {i.role}: {where}: {_describe(i.array)}")

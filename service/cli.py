@@ -62,6 +62,7 @@ parameters:
                        others by role: --input indices=idx.zarr, --input deq_scale=scale.zarr,
                        or as a JSON value: --param deq_scale=0.5, --param indices=[[0,1],[2,3]]
   --variable NAME      the variable of a group input (--variable ROLE=NAME for another input)
+  dims                 --param 'dims={"H":"row","W":"col"}' names the roles' dims (as the service)
 
 exit codes:
   0  done (or --dry-run printed the plan)

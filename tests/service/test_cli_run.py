@@ -219,6 +219,24 @@ def test_array_inputs_as_json_values(inputs, tmp_path):
                 ops.gather_nd(PARAMS, np.array(points)))
 
 
+def test_dims_by_name_in_any_order(tmp_path, capsys):
+    """--param dims=... names the roles, as the service's dims input and the accessor's dims=."""
+    stored = IMAGE.transpose(0, 3, 1, 2)  # N, C, H, W under names no rule recognises
+    xr.Dataset({"img": (("t", "b", "row", "col"), stored)}).to_zarr(tmp_path / "odd.zarr", zarr_format=3)
+    dims = '{"N":"t","C":"b","H":"row","W":"col"}'
+    args = ["depth_to_space", "--input", str(tmp_path / "odd.zarr"), "--param", "block_size=2",
+            "--param", f"dims={dims}", "--output", str(tmp_path / "o.zarr")]
+    plan = batch.build(args[0], [args[2]], args[-1], param_items=[args[4], args[6]], variable_items=[],
+                       chunks=None, overwrite=False, output_variable=None, dry_run=True)
+    assert plan.result.dims == ("t", "b", "row", "col")
+    assert_same(plan.result.values, ops.depth_to_space(stored, 2, data_format="NCHW"))
+    code, out, _ = main_in_process(capsys, *args, "--dry-run")
+    assert code == 0 and out.startswith(f'operator: depth_to_space {{"block_size":2,"dims":{dims}}}\n')
+    code, _, err = main_in_process(capsys, *args[:5], "--param", "dims=[1]", "--output", args[-1])
+    assert (code, err) == (2, "chunked-tensor-ops run: error: --param dims must map roles to dim names as JSON, "
+                              "e.g. dims={\"H\":\"row\"}; got [1]\n")
+
+
 # --- exit codes -------------------------------------------------------------------------------
 
 
