@@ -10,14 +10,15 @@ transpose of both arrays, so each kernel is a few ``copy_into`` calls over views
 are never read.
 
 Chunk plans (DESIGN.md):
-- SpaceToBatchND: the input keeps its chunks; no rechunk, however the padding falls. Each
-  interior input boundary q becomes the output cut floor((q + before) / b), so an output
-  block reads its own input block plus fewer than b boundary rows of the previous one (a
-  halo, sliced off in a small task of its own so the neighbour block never travels). A batch
-  axis in one chunk (one image, the common case) gives one output block per input block
-  holding all P block offsets; several batch chunks give P output blocks per input block
-  (one per group, views of one task's result). Output rows that are pure padding are zero
-  blocks that read no input, chunked like the neighbouring data blocks.
+- SpaceToBatchND: the input keeps its chunks; no rechunk, however the padding falls. The
+  output's spatial chunks are regular (max input chunk // b rows: a Zarr store needs regular
+  chunks), so an output block reads the input rows under its window: its own input block and
+  fewer than b boundary rows of a neighbour (a halo, sliced off in a small task of its own so
+  the neighbour block never travels). A batch axis in one chunk (one image, the common case)
+  gives one output block per input block holding all P block offsets; several batch chunks
+  give P output blocks per input block (one per group, views of one task's result). Blocks
+  of padding only are zeros that read no input. When every output block is one whole input
+  block, the plan is a blockwise map that Dask fuses with the Zarr read and write.
 - BatchToSpaceND: a batch axis in one chunk stays so, and each input block (all P groups
   of its rows) is one output block, in one pass. Otherwise batch chunks are aligned to the
   group size B so no chunk straddles two groups, and each output block interleaves the same
@@ -205,21 +206,20 @@ def _validate_batch_to_space_nd(x, block_shape, crops):
 # Chunk plans (pure functions)
 
 
-def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int):
-    """One spatial axis of SpaceToBatchND: (batch-side rows, first and stop data row, cuts).
+def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int) -> list[int]:
+    """Output chunk boundaries on one spatial axis of SpaceToBatchND: regular chunks of
+    max(input chunk) // b batch-side rows (Zarr stores need regular chunks; anything else
+    makes ``to_zarr`` rechunk the whole output).
 
-    Batch-side row t holds padded rows [t*b, (t+1)*b), i.e. space rows [t*b - before, ...).
-    Rows outside [first, stop) hold padding only. Every interior input chunk boundary q
-    becomes the cut floor((q + before) / b): an output chunk then reads its own input chunk
-    and fewer than b rows of the previous one (a halo), never a re-aligned copy of the input.
+    Batch-side row t holds padded rows [t*b, (t+1)*b), i.e. space rows [t*b - before, ...),
+    so an output chunk reads the input rows under it: with input chunks that are multiples
+    of b, its own input block and a few rows of the neighbouring one (a halo), wherever the
+    padding puts the window, and nothing for a chunk of padding only.
     """
     length = sum(chunks)
     total = (length + before + after) // b
-    if length == 0:
-        return total, total, total, []
-    first, stop = before // b, -(-(before + length) // b)
-    inner = {(q + before) // b for q in _chunks.boundaries(chunks)[1:-1]}
-    return total, first, stop, sorted({first, stop} | {t for t in inner if first < t < stop})
+    size = max(1, max(chunks) // b) if length else max(total, 1)
+    return [*range(0, total, size), total]
 
 
 def _axis_reads(chunks, b: int, before: int, cuts):
@@ -244,39 +244,34 @@ def _axis_reads(chunks, b: int, before: int, cuts):
 
 def space_to_batch_nd_chunks(chunks, block_shape, paddings):
     """Plan: (output chunks, reads): ``reads[i][k]`` lists the input pieces of output chunk k
-    of spatial axis i (see ``_axis_reads``); an empty list is a block of padding only.
+    of spatial axis i (see ``_axis_reads``); an empty list is a block of padding only, a
+    zero block that reads nothing.
 
-    The input keeps its chunks. Output rows that are padding only are zero blocks that read
-    nothing, cut like the data chunks next to them. The batch axis: one chunk of P*B when the
-    input's batch axis is one chunk (one output block per input block, all P offsets in it),
-    else the input's batch chunks repeated for each of the P groups.
+    The input keeps its chunks; the output's spatial chunks are regular (``_axis_cuts``).
+    The batch axis: one chunk of P*B when the input's batch axis is one chunk (one output
+    block per input block, all P offsets in it), else the input's batch chunks repeated for
+    each of the P groups.
     """
     chunks = [tuple(c) for c in chunks]
     m = len(block_shape)
     groups = math.prod(block_shape)
-    axes = [
-        _axis_cuts(chunks[1 + i], b, before, after)
-        for i, (b, (before, after)) in enumerate(zip(block_shape, paddings))
-    ]
     # Counted before any tuple of output chunks is built: padding can ask for more blocks
     # than any graph can hold, and the tuples alone would exhaust memory.
-    batch_blocks = 1 if len(chunks[0]) == 1 else len(chunks[0]) * groups
-    blocks = batch_blocks * math.prod(len(c) for c in chunks[1 + m :])
-    sizes = []
-    for total, first, stop, cuts in axes:
-        size = max((t1 - t0 for t0, t1 in zip(cuts, cuts[1:])), default=max(total, 1))
-        sizes.append(size)
-        blocks *= len(cuts[1:]) + -(-first // size) + -(-(total - stop) // size)
+    blocks = (1 if len(chunks[0]) == 1 else len(chunks[0]) * groups) * math.prod(
+        len(c) for c in chunks[1 + m :]
+    )
+    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
+        length = sum(chunks[1 + i])
+        total = (length + before + after) // b
+        size = max(1, max(chunks[1 + i]) // b) if length else max(total, 1)
+        blocks *= max(1, -(-total // size))
     _chunks.check_block_count("space_to_batch_nd", blocks)
     out, reads = list(chunks), []
     out[0] = (sum(chunks[0]) * groups,) if len(chunks[0]) == 1 else chunks[0] * groups
-    for i, ((total, first, stop, cuts), size) in enumerate(zip(axes, sizes)):
-        data = tuple(t1 - t0 for t0, t1 in zip(cuts, cuts[1:]))
-        before = _chunks.regular(first, size) if first else ()
-        after = _chunks.regular(total - stop, size) if total - stop else ()
-        out[1 + i] = (before + data + after) or (0,)
-        axis_reads = _axis_reads(chunks[1 + i], block_shape[i], paddings[i][0], cuts)
-        reads.append(tuple([()] * len(before) + axis_reads + [()] * len(after)) or ((),))
+    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
+        cuts = _axis_cuts(chunks[1 + i], b, before, after)
+        out[1 + i] = tuple(t1 - t0 for t0, t1 in zip(cuts, cuts[1:])) or (0,)
+        reads.append(tuple(_axis_reads(chunks[1 + i], b, before, cuts)) or ((),))
     return tuple(out), tuple(reads)
 
 
