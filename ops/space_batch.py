@@ -21,8 +21,9 @@ Chunk plans (DESIGN.md):
   block, the plan is a blockwise map that Dask fuses with the Zarr read and write.
 - BatchToSpaceND: a batch axis in one chunk stays so, and each input block (all P groups
   of its rows) is one output block, in one pass. Otherwise batch chunks are aligned to the
-  group size B so no chunk straddles two groups, and each output block interleaves the same
-  block from each of the P groups. Crops only trim edge blocks; input blocks that are
+  group size B so no chunk straddles two groups, the first spatial axis is split P ways (so
+  an output block is the size of an input block, not P times it) and each output block
+  interleaves the same block from each of the P groups. Crops only trim edge blocks; input blocks that are
   cropped away entirely are not read.
 """
 
@@ -292,6 +293,12 @@ def batch_to_space_nd_chunks(chunks, block_shape, crops):
     else:
         chunks[0] = _chunks.groups(chunks[0], batch, groups)
         out[0] = chunks[0][: len(chunks[0]) // groups] if groups and batch else (0,)
+        if len(chunks) > 1 and sum(chunks[1]):
+            # An output block reads the same block of each of the P groups: split the first
+            # spatial axis P ways (a split-only rechunk) so it is one input block's size.
+            chunks[1] = tuple(
+                n for c in chunks[1] for n in _chunks.regular(c, -(-c // groups))
+            )
     kept = []
     for i, (b, (lo, hi)) in enumerate(zip(block_shape, crops)):
         axis = 1 + i

@@ -96,10 +96,12 @@ def test_space_to_batch_nd_plan():
 def test_batch_to_space_nd_plan():
     # 2 groups of batch 3; spatial chunks (2, 2, 2) * block 2 = rows [0,4) [4,8) [8,12);
     # crops (5, 4) keep rows [5, 8): the first chunk is dropped, the last one too.
+    # Each output block reads a block of both groups, so the spatial chunks are split in 2
+    # (an output block is one input block's size): rows [0,2) [2,4) ... [10,12).
     chunks, kept, out = batch_to_space_nd_chunks(((3, 3), (2, 2, 2), (1,)), [2], [[5, 4]])
-    assert chunks == ((3, 3), (2, 2, 2), (1,))
-    assert kept == ((1, 2),)
-    assert out == ((3,), (3,), (1,))
+    assert chunks == ((3, 3), (1,) * 6, (1,))
+    assert kept == ((2, 4),)
+    assert out == ((3,), (1, 2), (1,))
     # A batch axis in one chunk stays one chunk: each block holds all groups of its rows.
     assert batch_to_space_nd_chunks(((6,), (2, 2, 2), (1,)), [2], [[5, 4]])[0][0] == (6,)
     # Batch chunks that straddle groups are cut at the group boundaries.
@@ -217,7 +219,9 @@ def test_batch_to_space_reads_one_block_from_each_group():
     x = da.zeros((8, 4, 4, 2), chunks=(1, 2, 2, 2), dtype=np.float32)
     y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
     reads = _source_blocks(y, x.name)
-    assert len(reads) == y.npartitions == 2 * 2 * 2
+    # H chunks of 2 are split in 2 (4 groups, 2 rows): an output block is an input block's size.
+    assert len(reads) == y.npartitions == 2 * 4 * 2
+    assert y.chunks[1] == (2,) * 4
     for blocks in reads.values():
         assert len(blocks) == 4
         assert sorted(key[1] // 2 for key in blocks) == [0, 1, 2, 3]  # one per group
