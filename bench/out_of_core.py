@@ -729,13 +729,13 @@ TARGETS = {"gather_nd": 0.5}
 def verdict(row: dict, limit_bytes: int) -> str:
     problems = []
     if row["error"]:
-        problems.append("FAILED")
+        problems.append(f"FAILED ({row['error'].split(':')[0]})")
     if row["restarts"]:
         problems.append("worker restarted")
     if _top(row) >= limit_bytes:
         problems.append("peak >= limit")
     target = TARGETS.get(row["name"], 0.8)
-    if row["name"] not in COPIES and (row["ratio"] or 0) < target:
+    if not problems and row["name"] not in COPIES and (row["ratio"] or 0) < target:
         problems.append(f"< {target}x")
     return ", ".join(problems) or "ok"
 
@@ -751,10 +751,14 @@ def table(rows: list[dict], limit_bytes: int) -> str:
         lines.append(
             f"| {r['storage']} | {r['label']}{' (+rechunk for the store)' if r['rechunked'] else ''} "
             f"| {r['bytes_in'] / GiB:.2f} / {r['bytes_out'] / GiB:.2f} | {times} s "
-            f"| {r['throughput'] / 1e6:.0f} MB/s | {'-' if r['ratio'] is None or r['name'] in COPIES else format(r['ratio'], '.2f') + 'x'} "
+            f"| {_speed(r)} | {'-' if r['error'] or r['ratio'] is None or r['name'] in COPIES else format(r['ratio'], '.2f') + 'x'} "
             f"| {r['tasks']}{double} | {r['chunks_in']} / {r['chunks_out']} | {peaks} | {len(r['restarts'])} "
             f"| {'all ' + format(r['checked'], ',') if r['checked'] else 'no'} | {verdict(r, limit_bytes)} |")
     return "\n".join(lines)
+
+
+def _speed(row: dict) -> str:
+    return "-" if row["error"] else f"{row['throughput'] / 1e6:.0f} MB/s"
 
 
 def plot(results: dict[str, list[dict]], path: Path) -> None:
