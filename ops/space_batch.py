@@ -210,17 +210,24 @@ def _validate_batch_to_space_nd(x, block_shape, crops):
 def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int) -> list[int]:
     """Output chunk boundaries on one spatial axis of SpaceToBatchND: regular chunks of
     max(input chunk) // b batch-side rows (Zarr stores need regular chunks; anything else
-    makes ``to_zarr`` rechunk the whole output).
+    makes ``to_zarr`` rechunk the whole output), or one chunk for an axis in one chunk.
 
     Batch-side row t holds padded rows [t*b, (t+1)*b), i.e. space rows [t*b - before, ...),
     so an output chunk reads the input rows under it: with input chunks that are multiples
     of b, its own input block and a few rows of the neighbouring one (a halo), wherever the
     padding puts the window, and nothing for a chunk of padding only.
     """
-    length = sum(chunks)
-    total = (length + before + after) // b
-    size = max(1, max(chunks) // b) if length else max(total, 1)
+    total = (sum(chunks) + before + after) // b
+    size = _output_chunk(chunks, b, total)
     return [*range(0, total, size), total]
+
+
+def _output_chunk(chunks, b: int, total: int) -> int:
+    """The regular output chunk of one spatial axis, in batch-side rows: an axis in one input
+    chunk stays one chunk (its padding too: no sliver of a chunk for the last rows)."""
+    if len(chunks) == 1 or not sum(chunks):
+        return max(total, 1)
+    return max(1, max(chunks) // b)
 
 
 def _axis_reads(chunks, b: int, before: int, cuts):
@@ -262,10 +269,8 @@ def space_to_batch_nd_chunks(chunks, block_shape, paddings):
         len(c) for c in chunks[1 + m :]
     )
     for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
-        length = sum(chunks[1 + i])
-        total = (length + before + after) // b
-        size = max(1, max(chunks[1 + i]) // b) if length else max(total, 1)
-        blocks *= max(1, -(-total // size))
+        total = (sum(chunks[1 + i]) + before + after) // b
+        blocks *= max(1, -(-total // _output_chunk(chunks[1 + i], b, total)))
     _chunks.check_block_count("space_to_batch_nd", blocks)
     out, reads = list(chunks), []
     out[0] = (sum(chunks[0]) * groups,) if len(chunks[0]) == 1 else chunks[0] * groups

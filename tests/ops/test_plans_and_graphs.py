@@ -87,6 +87,10 @@ def test_space_to_batch_nd_plan():
     # Paddings on the block grid: whole input blocks, zero blocks around them.
     out, reads = space_to_batch_nd_chunks(((1,), (8, 8)), [4], [[8, 8]])
     assert reads == (((), ((0, 0, 8, 0),), ((1, 0, 8, 0),), ()),)
+    # An axis in one chunk stays one chunk, its padding included (no 1-row sliver chunk).
+    out, reads = space_to_batch_nd_chunks(((1,), (8,)), [2], [[1, 1]])
+    assert out == ((2,), (5,))
+    assert reads == ((((0, 0, 8, 1),),),)
     # Input chunks shorter than the block: one output chunk reads several of them.
     out, reads = space_to_batch_nd_chunks(((1,), (1, 1, 1, 1)), [4], [[0, 0]])
     assert out == ((4,), (1,))
