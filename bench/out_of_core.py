@@ -628,6 +628,12 @@ def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, 
             cluster.client.wait_for_workers(len(cluster.names), timeout=60)
         time.sleep(1.0)
     row["restarts"] = cluster.restarts()
+    if row["error"] is not None:
+        # What an operator does after a failed job: fresh workers, so that memory a cancelled
+        # graph left behind (a paused worker runs nothing) does not fail the next run.
+        with contextlib.suppress(Exception):
+            cluster.client.restart(timeout=120)
+        cluster.restarts()  # ours, not the run's
     checking = time.perf_counter()
     if check and row["error"] is None:
         try:
