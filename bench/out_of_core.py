@@ -210,7 +210,7 @@ class Cluster:
             reason = ""
             for line in text[self.log_offsets[name]:].splitlines():
                 if re.search(r"memory budget|was killed by", line):
-                    reason = line.split(" - ")[-1].strip()
+                    reason = reason or line.split(" - ")[-1].strip()  # the first says why
                 elif "Restarting worker" in line:
                     found.append(f"{name}: restarted ({reason or 'no reason logged'})")
                     reason = ""
