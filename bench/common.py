@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: timing, the memory-copy yardsticks and the machine line."""
+"""Shared by the benchmarks: timing, the memory-copy yardsticks, the machine line and the
+processes (Dask scheduler, workers, the service) a benchmark starts on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -6,16 +7,19 @@ import contextlib
 import io
 import os
 import signal
+import socket
 import subprocess
 import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 import dask
 import numpy as np
 
 CORES = os.cpu_count() or 1
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def best_seconds(run: Callable[[], object], repeat: int) -> float:
@@ -79,3 +83,54 @@ def stop_process(proc: subprocess.Popen, wait: float = 20.0) -> None:
             proc.wait(5)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Processes:
+    """The processes this harness starts, each in its own session, stopped by their ids."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.started: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+                                start_new_session=True, env={**os.environ, **(env or {})})
+        log.close()
+        self.started.append((name, proc))
+        return proc
+
+    def check(self) -> None:
+        for name, proc in self.started:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
+
+    def log(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def tail(self, name: str, lines: int = 30) -> str:
+        return "\n".join(self.log(name).splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM each, last started first (workers before the scheduler), then SIGKILL leftovers."""
+        for _, proc in reversed(self.started):
+            stop_process(proc, wait=15)
+
+
+def wait_until(what: str, ready: Callable[[], object], procs: Processes, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs.check()
+        with contextlib.suppress(Exception):
+            value = ready()
+            if value:
+                return value
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} was not ready after {timeout:.0f} s")

@@ -31,7 +31,6 @@ import datetime
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ import numpy as np
 import requests
 
 import ops
-from bench.common import load_npy, machine, npy_bytes, stop_process
+from bench.common import free_port, load_npy, machine, npy_bytes, stop_process
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
@@ -358,12 +357,6 @@ def resources(pid: int) -> dict:
 
 
 # --- the benchmark -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_service(work: Path) -> tuple[subprocess.Popen, str]:

@@ -44,7 +44,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,7 @@ from dask.utils import parse_bytes
 from zarr.codecs import ZstdCodec
 
 import ops
-from bench.common import machine, stop_process
+from bench.common import Processes, free_port, machine, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -81,60 +80,6 @@ MONITOR_ENV = {
     "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "50ms",
     "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__LOG_LENGTH": "2000000",
 }
-
-
-# --- processes ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Processes:
-    """The processes this harness starts, each in its own session, stopped by their ids."""
-
-    def __init__(self, logs: Path):
-        self.logs = logs
-        self.started: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "wb")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
-                                start_new_session=True, env={**os.environ, **(env or {})})
-        log.close()
-        self.started.append((name, proc))
-        return proc
-
-    def check(self) -> None:
-        for name, proc in self.started:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
-
-    def log(self, name: str) -> str:
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def tail(self, name: str, lines: int = 30) -> str:
-        return "\n".join(self.log(name).splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """SIGTERM each, last started first (workers before the scheduler), then SIGKILL leftovers."""
-        for _, proc in reversed(self.started):
-            stop_process(proc, wait=15)
-
-
-def wait_until(what: str, ready: Callable[[], object], procs: Processes, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        procs.check()
-        with contextlib.suppress(Exception):
-            value = ready()
-            if value:
-                return value
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} was not ready after {timeout:.0f} s")
 
 
 # --- the cluster and its workers' own memory metrics -------------------------------------------

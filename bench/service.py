@@ -27,13 +27,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import datetime
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -45,7 +42,7 @@ import numpy as np
 import requests
 
 import ops
-from bench.common import best_seconds, load_npy, machine, npy_bytes, stop_process
+from bench.common import Processes, best_seconds, free_port, load_npy, machine, npy_bytes, wait_until
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,56 +55,6 @@ SYNC_ROUNDS = 15
 JOB_ROUNDS = 3
 JOB_WARMUPS = 2  # worker processes get faster over the first runs (allocator, caches)
 POLL_SECONDS = 0.025
-
-
-# --- processes ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Processes:
-    """The processes this script starts, each in its own session, stopped by their ids."""
-
-    def __init__(self, logs: Path):
-        self.logs = logs
-        self.started: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "wb")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-        log.close()
-        self.started.append((name, proc))
-        return proc
-
-    def check(self) -> None:
-        for name, proc in self.started:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
-
-    def tail(self, name: str, lines: int = 30) -> str:
-        path = self.logs / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-    def stop(self) -> None:
-        """SIGTERM each (service first, scheduler last), then SIGKILL what is left of its group."""
-        for _, proc in reversed(self.started):
-            stop_process(proc, wait=15)
-
-
-def wait_until(what: str, ready, procs: Processes, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        procs.check()
-        with contextlib.suppress(Exception):
-            value = ready()
-            if value:
-                return value
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} was not ready after {timeout:.0f} s")
 
 
 def start_cluster_and_service(procs: Processes, data_root: Path, work: Path) -> tuple[str, str]:
