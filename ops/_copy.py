@@ -18,58 +18,11 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 # Runs (bytes contiguous on both sides) shorter than this are too short to stream well in the
 # source's order; see _loop_plan.
 _SHORT_RUN_BYTES = 128
-
-
-@numba.njit(nogil=True, cache=True)
-def _copy_words(src, src_strides, dst, dst_strides, shape):  # pragma: no cover - compiled
-    nd = shape.shape[0]
-    n_in = shape[nd - 1]
-    ss_in = src_strides[nd - 1]
-    ds_in = dst_strides[nd - 1]
-    n_mid = shape[nd - 2]
-    ss_mid = src_strides[nd - 2]
-    ds_mid = dst_strides[nd - 2]
-    outer = 1
-    for k in range(nd - 2):
-        outer *= shape[k]
-    idx = np.zeros(nd, np.int64)
-    s = 0
-    d = 0
-    # Unsigned indices: NumPy-style negative-index wraparound checks would stop LLVM from
-    # vectorising the inner loops (measured 4x slower).
-    u_in = np.uint64(n_in)
-    uss_in = np.uint64(ss_in)
-    uds_in = np.uint64(ds_in)
-    for _ in range(outer):
-        if ss_in == 1 and ds_in == 1:
-            for a in range(n_mid):
-                sa = np.uint64(s + a * ss_mid)
-                da = np.uint64(d + a * ds_mid)
-                for t in range(u_in):
-                    dst[da + t] = src[sa + t]
-        else:
-            for a in range(n_mid):
-                sa = np.uint64(s + a * ss_mid)
-                da = np.uint64(d + a * ds_mid)
-                for t in range(u_in):
-                    dst[da + t * uds_in] = src[sa + t * uss_in]
-        k = nd - 3
-        while k >= 0:
-            idx[k] += 1
-            s += src_strides[k]
-            d += dst_strides[k]
-            if idx[k] < shape[k]:
-                break
-            s -= src_strides[k] * shape[k]
-            d -= dst_strides[k] * shape[k]
-            idx[k] = 0
-            k -= 1
 
 
 class _Interface:
@@ -158,7 +111,9 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
         dst_strides.insert(0, 1)
     src_span = sum((n - 1) * s for n, s in zip(shape, src_strides)) + 1
     dst_span = sum((n - 1) * s for n, s in zip(shape, dst_strides)) + 1
-    _copy_words(
+    from ops._copy_jit import copy_words  # numba on first use (see ops/_copy_jit.py)
+
+    copy_words(
         _words(src, word, src_span), np.array(src_strides, np.int64),
         _words(dst, word, dst_span), np.array(dst_strides, np.int64),
         np.array(shape, np.int64),

@@ -55,3 +55,12 @@ def test_demo_runs():
     out = subprocess.run([sys.executable, "-m", "ops.demo"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "depth_to_space" in out.stdout and "batch_to_space_nd" in out.stdout
+
+
+def test_numba_is_imported_at_the_first_compiled_call_not_by_import_ops():
+    """A Dask worker imports ``ops`` to run any task; numba (~50 MiB) only for the kernels that
+    need it, so a gather on a 384 MiB worker keeps that room."""
+    assert "numba" not in _imports_after("import ops, ops.gather_nd")
+    assert "numba" in _imports_after(
+        "import numpy as np, ops; ops.depth_to_space(np.zeros((1, 2, 2, 4), np.float32), 2)"
+    )
