@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import zarr
@@ -190,6 +191,17 @@ class LocalStorage:
     def remove(self, name: str) -> None:
         shutil.rmtree(self.root / f"{name}.zarr", ignore_errors=True)
 
+    @property
+    def scratch(self):
+        """GatherNd's scratch store (ops/_scratch.py), on the same disk as the arrays."""
+        return str(self.root / "scratch")
+
+    def remove_scratch(self) -> None:
+        shutil.rmtree(self.root / "scratch", ignore_errors=True)
+
+    def scratch_files(self) -> int:
+        return sum(1 for f in (self.root / "scratch").rglob("*") if f.is_file())
+
 
 class S3Storage:
     """A bucket on ``moto_server`` (started here on 127.0.0.1), reached through s3fs."""
@@ -218,6 +230,19 @@ class S3Storage:
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(f"{self.BUCKET}/{name}.zarr", recursive=True)
+
+    @property
+    def scratch(self):
+        """GatherNd's scratch store (ops/_scratch.py), in the same bucket as the arrays."""
+        return {"url": f"s3://{self.BUCKET}/scratch", "storage_options": self.options}
+
+    def remove_scratch(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(f"{self.BUCKET}/scratch", recursive=True)
+
+    def scratch_files(self) -> int:
+        self.fs.invalidate_cache()
+        return len(self.fs.find(f"{self.BUCKET}/scratch"))
 
 
 # --- inputs, written block by block on the cluster ---------------------------------------------
@@ -518,7 +543,9 @@ def pipeline(case: Case, arrays: dict[str, zarr.Array], storage, out_name: str):
     The output array gets the result's own chunks when they are regular (Zarr needs equal chunks);
     otherwise the result is rechunked to its largest chunk per axis, and that is reported.
     """
-    result = case.build(lazy_inputs(arrays))
+    # The scratch store is read when the graph is built (GatherNd's all-to-all goes through it).
+    with dask.config.set({"chunked-tensor-ops.scratch": storage.scratch}):
+        result = case.build(lazy_inputs(arrays))
     rechunked = not regular(result.chunks)
     if rechunked:
         result = result.rechunk(tuple(max(c) for c in result.chunks))
@@ -590,6 +617,9 @@ def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, 
     row["check_seconds"] = time.perf_counter() - checking
     if case.name not in COPIES:  # the copies' outputs are overwritten by their second run
         storage.remove(out_name)
+    # A finished gather leaves nothing in its scratch store (its last output task removes it).
+    row["scratch_left"] = storage.scratch_files()
+    storage.remove_scratch()
     return row
 
 

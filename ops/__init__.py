@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ops import accessor, dtypes, errors  # accessor: registers DataArray.ops / Dataset.ops
 from ops._coords import CoordinateDropped
+from ops._scratch import scratch
 from ops.dequant import ascend_dequant, pack_deq_scale, unpack_deq_scale
 from ops.depth_space import depth_to_space, space_to_depth
 from ops.errors import InvalidArgument
@@ -31,6 +32,7 @@ __all__ = [
     "errors",
     "gather_nd",
     "pack_deq_scale",
+    "scratch",
     "space_to_batch",
     "space_to_batch_nd",
     "space_to_depth",

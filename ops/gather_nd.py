@@ -33,7 +33,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 from dask.utils import parse_bytes
 
-from ops import _chunks, _lazy, _validate
+from ops import _chunks, _lazy, _scratch, _validate
 from ops.errors import InvalidArgument
 from schemas import GatherNdParams
 
@@ -168,6 +168,13 @@ def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
 
 def _target_bytes() -> int:
     return parse_bytes(dask.config.get("array.chunk-size"))
+
+
+def _broadcast_limit() -> int:
+    """Params up to this size go to every indices block as one block: a quarter of Dask's
+    chunk size (32 MiB by default), so that a small worker holds params, an indices block and
+    its output at once."""
+    return _target_bytes() // 4
 
 
 def _lead_chunks(lead, row_bytes: int, target: int) -> tuple[tuple[int, ...], ...]:
@@ -390,6 +397,164 @@ def _build_shuffle(params: da.Array, indices: da.Array, b: int, negative: bool, 
     return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))
 
 
+def _block_rows(local: list[np.ndarray], blocks: list[np.ndarray], chunks) -> np.ndarray:
+    """Each tuple's row within its params block with the merged dims flattened (C order)."""
+    rows = np.zeros(len(local[0]) if local else 0, np.int64)
+    for coord, block, axis_chunks in zip(local, blocks, chunks):
+        rows = rows * np.asarray(axis_chunks, np.int64)[block] + coord
+    return rows
+
+
+_RECORD = 2  # a request: (the tuple's position in its indices block, its row in the params block)
+
+
+def _scratch_split(indices, params_shape, params_chunks, b, negative, offset, run, name):
+    """One indices block's requests, grouped by params block, to ``run/requests/<name>``; the
+    number of requests per params block is returned (the plan's only in-graph data)."""
+    c = indices.shape[-1]
+    check_index_values(indices, params_shape[b : b + c], negative, b, offset)
+    coords = [np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)]
+    numblocks = tuple(len(axis) for axis in params_chunks)
+    hit, local = _locate(coords, params_chunks)
+    blocks = np.unravel_index(hit, numblocks) if len(hit) else [np.zeros(0, np.int64)] * len(numblocks)
+    rows = _block_rows(local, list(blocks), params_chunks)
+    order, *_ = _buckets(hit, math.prod(numblocks))
+    records = np.empty((len(order), _RECORD), np.int64)
+    records[:, 0] = order
+    records[:, 1] = rows[order]
+    run.write(f"requests/{name}", _as_bytes(records))
+    return np.bincount(hit, minlength=math.prod(numblocks)).astype(np.int64)
+
+
+def _scratch_plan(run, *counts):
+    """Barrier after every split: where each request and each gathered row lives, written as
+    one record per params block and one per indices block."""
+    count = np.stack(counts)  # [indices block, params block]
+    request_start = np.cumsum(count, axis=1) - count  # within an indices block's request file
+    piece_start = np.cumsum(count, axis=0) - count  # within a params block's piece file
+    run.write("plan/by-params", _as_bytes(np.stack([count.T, request_start.T, piece_start.T], axis=1)))
+    run.write("plan/by-indices", _as_bytes(np.stack([count, piece_start], axis=1)))
+    return count.shape
+
+
+def _plan_record(run, which: str, k: int, fields: int, length: int) -> np.ndarray:
+    size = fields * length * 8
+    (data,) = run.read_ranges([f"plan/{which}"], [k * size], [(k + 1) * size])
+    return np.frombuffer(data, np.int64).reshape(fields, length)
+
+
+def _scratch_serve(block, plan_shape, run, h: int, merged: int, slice_name: str, batch_rows: int):
+    """One params block (one slice block of it) serves every request for it, in indices-block
+    order, appended to ``run/pieces/<piece>``: the block is read once, requests in batches."""
+    n_indices, _ = plan_shape
+    count, request_start, _ = _plan_record(run, "by-params", h, 3, n_indices)
+    rows_view = _merged_view(block, merged)
+    if rows_view is None:
+        rows_view = block.reshape(math.prod(block.shape[:merged]), *block.shape[merged:])
+    wanted = np.flatnonzero(count)
+    with run.open_write(f"pieces/{h}-{slice_name}") as out:
+        first = 0
+        while first < len(wanted):
+            # A batch: whole requests of consecutive indices blocks, about batch_rows rows.
+            last = first + 1
+            total = count[wanted[first]]
+            while last < len(wanted) and total + count[wanted[last]] <= batch_rows:
+                total += count[wanted[last]]
+                last += 1
+            group = wanted[first:last]
+            data = run.read_ranges(
+                [f"requests/{i}" for i in group],
+                [int(request_start[i]) * _RECORD * 8 for i in group],
+                [int(request_start[i] + count[i]) * _RECORD * 8 for i in group],
+            )
+            rows = np.concatenate([np.frombuffer(d, np.int64).reshape(-1, _RECORD)[:, 1] for d in data])
+            out.write(_as_bytes(np.take(rows_view, rows, axis=0)))
+            first = last
+
+
+def _as_bytes(array: np.ndarray) -> memoryview:
+    """The bytes of an array in C order (any dtype, including ml_dtypes' bfloat16)."""
+    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
+def _scratch_assemble(_served, plan_shape, run, i: int, shape, dtype, lead_ndim: int, slice_name: str, outputs: int):
+    """One output block: its requests' positions and its rows from every params block's piece
+    file. The last output block to finish removes the run's files."""
+    _, n_params = plan_shape
+    count, piece_start = _plan_record(run, "by-indices", i, 2, n_params)
+    records = np.frombuffer(run.read(f"requests/{i}"), np.int64).reshape(-1, _RECORD)
+    out = np.empty(shape, dtype)
+    rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
+    row_bytes = math.prod(shape[lead_ndim:]) * np.dtype(dtype).itemsize
+    hit = np.flatnonzero(count)
+    data = run.read_ranges(
+        [f"pieces/{h}-{slice_name}" for h in hit],
+        [int(piece_start[h]) * row_bytes for h in hit],
+        [int(piece_start[h] + count[h]) * row_bytes for h in hit],
+    )
+    position = 0
+    for h, piece in zip(hit, data):
+        n = int(count[h])
+        values = np.frombuffer(piece, dtype).reshape(n, *shape[lead_ndim:])
+        _scatter_rows(rows, records[position : position + n, 0], values)
+        position += n
+    del data
+    if run.mark_and_count(f"{i}-{slice_name}", "done") >= outputs:
+        run.remove()
+    return out
+
+
+def _after_all(*_):
+    return None
+
+
+def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, out_shape, scratch):
+    """Lazy indices, large params: the all-to-all through a scratch store (ops/_scratch.py).
+
+    split (per indices block: requests grouped by params block, to scratch) -> one barrier (the
+    counts) -> serve (per params block: gathers its rows once, to scratch) -> one barrier ->
+    assemble (per output block: reads its rows from every piece file). Tasks and edges are linear
+    in the blocks; a task holds about one params block and one output block.
+    """
+    c = indices.shape[-1]
+    merged = b + c
+    token = tokenize(params, indices, b, negative)
+    run = scratch.new_run(f"gather_nd-{token[:16]}")
+    split, plan, serve, served = (f"gather_nd-{part}-{token}" for part in ("split", "plan", "serve", "served"))
+    name = f"gather_nd-{token}"
+    lead_blocks = list(np.ndindex(*indices.numblocks[:-1]))
+    params_blocks = list(np.ndindex(*params.numblocks[:merged]))
+    slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
+    row_bytes = math.prod(params.chunksize[merged:]) * params.dtype.itemsize
+    batch_rows = max(1, _target_bytes() // 8 // max(row_bytes, 1))
+    layer = {}
+    for i, index in enumerate(lead_blocks):
+        layer[(split, i)] = (
+            _scratch_split, (indices.name, *index, 0), params.shape, params.chunks[:merged],
+            b, negative, _block_offsets(indices.chunks, index), run, i,
+        )
+    layer[(plan, 0)] = (_scratch_plan, run, *[(split, i) for i in range(len(lead_blocks))])
+    slice_names = {s: ".".join(map(str, s)) or "0" for s in slice_blocks}
+    for h, block in enumerate(params_blocks):
+        for s in slice_blocks:
+            layer[(serve, h, *s)] = (
+                _scratch_serve, (params.name, *block, *s), (plan, 0), run, h, merged, slice_names[s], batch_rows,
+            )
+    layer[(served, 0)] = (_after_all, *[(serve, h, *s) for h in range(len(params_blocks)) for s in slice_blocks])
+    outputs = len(lead_blocks) * len(slice_blocks)
+    for i, index in enumerate(lead_blocks):
+        shape_lead = tuple(indices.chunks[k][j] for k, j in enumerate(index))
+        for s in slice_blocks:
+            shape = shape_lead + tuple(params.chunks[merged + k][j] for k, j in enumerate(s))
+            layer[(name, *index, *s)] = (
+                _scratch_assemble, (served, 0), (plan, 0), run, i, shape, params.dtype, len(index),
+                slice_names[s], outputs,
+            )
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
+    chunks = (*indices.chunks[:-1], *params.chunks[merged:])
+    return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))
+
+
 # ---------------------------------------------------------------------------------------------
 # Public function
 
@@ -463,6 +628,9 @@ def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True):
         return _build_concrete(params, indices, b, negative, out_shape)
     if indices.numblocks[-1] > 1:
         indices = indices.rechunk({indices.ndim - 1: -1})
-    if not lazy_params or params.nbytes <= _target_bytes():
+    if not lazy_params or params.nbytes <= _broadcast_limit():
         return _build_broadcast(params, indices, b, negative, out_shape)
+    scratch = _scratch.configured()
+    if scratch is not None:
+        return _build_scratch(params, indices, b, negative, out_shape, scratch)
     return _build_shuffle(params, indices, b, negative, out_shape)

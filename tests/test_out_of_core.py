@@ -19,10 +19,6 @@ from bench import out_of_core as ooc
 MEMORY_LIMIT = "384MiB"
 SIZES = ooc.Sizes(gib=0.125, chunk_mib=4, tuples=20_000)
 OPERATORS = [name for name in ooc.CASES if name not in ooc.COPIES]
-# Known failure (bench/RESULTS.md): GatherNd with lazy indices takes params up to array.chunk-size
-# (128 MiB) as one broadcast block, and its shuffle plan pauses and kills 384 MiB workers; strict,
-# so the mark must go when the plan is fixed.
-KNOWN_FAILURES = {"gather_nd": "GatherNd with lazy indices does not stream within 384 MiB workers (restarts)"}
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +44,12 @@ def test_sizes_are_what_the_docstring_says():
     assert SIZES.src_shape == (8192, 4096) and SIZES.src_chunks == (256, 4096)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[n]))
-                                  if n in KNOWN_FAILURES else n for n in OPERATORS])
+@pytest.mark.parametrize("name", OPERATORS)
 def test_operator_streams_within_the_workers_memory(results, name):
     row = results[name]
     assert row["error"] is None, row["error"]
     assert row["restarts"] == [], row["restarts"]
+    assert row["scratch_left"] == 0  # GatherNd's scratch files are gone once its output is written
     # Every output element was compared with the NumPy kernel (the check raises on the first difference).
     assert row["checked"] == row["elements_out"] > 0
     assert len(row["peaks"]) == 2

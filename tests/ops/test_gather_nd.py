@@ -117,8 +117,17 @@ def gather_cases(draw):
     return params, indices, b, negative, draw(chunkings(params.shape)), draw(chunkings(indices.shape))
 
 
-@given(gather_cases())
-def test_dask_plans_equal_numpy(case):
+@pytest.fixture(scope="module")
+def scratch_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("scratch")
+
+
+def _files(root) -> list:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@given(case=gather_cases())
+def test_dask_plans_equal_numpy(scratch_dir, case):
     params, indices, b, negative, params_chunks, indices_chunks = case
     kwargs = dict(batch_dims=b, negative_index_support=negative)
     expected = ops.gather_nd(params, indices, **kwargs)
@@ -130,6 +139,9 @@ def test_dask_plans_equal_numpy(case):
     assert_same(compute(ops.gather_nd(params, lazy_indices, **kwargs)), expected)
     with dask.config.set({"array.chunk-size": "1B"}):  # force the shuffle plan
         assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)
+    with dask.config.set({"array.chunk-size": "1B", "chunked-tensor-ops.scratch": str(scratch_dir)}):
+        assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # scratch plan
+    assert _files(scratch_dir) == []  # the last output block removed the run's files
 
 
 def test_empty_indices_and_empty_slices():
@@ -144,8 +156,8 @@ def test_empty_indices_and_empty_slices():
 # --- index errors --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("lazy", ["numpy", "concrete", "broadcast", "shuffle"])
-def test_first_bad_index_is_named(lazy):
+@pytest.mark.parametrize("lazy", ["numpy", "concrete", "broadcast", "shuffle", "scratch"])
+def test_first_bad_index_is_named(lazy, tmp_path):
     params = np.arange(5 * 5).reshape(5, 5)
     indices = np.array([[0, 0], [1, 2], [4, 1], [3, 7], [9, 9]], np.int64)
 
@@ -154,7 +166,10 @@ def test_first_bad_index_is_named(lazy):
             return ops.gather_nd(p, i)
         if lazy == "concrete":  # checked while building the graph
             return ops.gather_nd(da.from_array(p, chunks=2), i).compute()
-        with dask.config.set({"array.chunk-size": "1B" if lazy == "shuffle" else "128MiB"}):
+        config = {"array.chunk-size": "128MiB" if lazy == "broadcast" else "1B"}
+        if lazy == "scratch":
+            config["chunked-tensor-ops.scratch"] = str(tmp_path)
+        with dask.config.set(config):
             return ops.gather_nd(da.from_array(p, chunks=2), da.from_array(i, chunks=(5, 2))).compute()
 
     with pytest.raises(IndexError, match=r"^indices\[3, 1\] = 7 is out of range for dimension 1 of size 5 \(allowed -5..4\)$"):
@@ -300,3 +315,103 @@ def test_building_computes_nothing():
         ops.gather_nd(params, np.array([[1], [2]]))
         with dask.config.set({"array.chunk-size": "1B"}):
             ops.gather_nd(params, indices)
+
+
+# --- the scratch plan (lazy indices, large params, a scratch store configured) -------------
+
+
+def _scratch_gather(params, indices, scratch, chunk_size="1KiB", **kwargs):
+    with dask.config.set({"array.chunk-size": chunk_size, "chunked-tensor-ops.scratch": str(scratch)}):
+        return ops.gather_nd(params, indices, **kwargs)
+
+
+def test_scratch_plan_reads_each_params_block_once_and_leaves_no_files(tmp_path):
+    rng = np.random.default_rng(1)
+    values = rng.random((64, 8, 4), dtype=np.float32)
+    index = rng.integers(-64, 64, size=(300, 1))
+    params = da.from_array(values, chunks=(8, 8, 4))
+    y = _scratch_gather(params, da.from_array(index, chunks=(50, 1)), tmp_path)
+    graph = dict(y.__dask_graph__())
+    readers = {}
+    for key in graph:
+        for dep in get_dependencies(graph, key):
+            if isinstance(dep, tuple) and dep[0] == params.name:
+                readers.setdefault(dep, []).append(key)
+    assert len(readers) == params.npartitions and all(len(keys) == 1 for keys in readers.values())
+    # Outputs never depend on params blocks or on each other's pieces: only the two barriers.
+    for key in _flat(y.__dask_keys__()):
+        assert len(get_dependencies(graph, key)) == 2
+    for _ in range(2):  # a second compute of the same graph writes and removes its files again
+        assert_same(y.compute(), values[index[:, 0]])
+        assert _files(tmp_path) == []
+
+
+def test_scratch_plan_serves_a_hot_block_in_batches(tmp_path):
+    # Every tuple hits params block 0: its serve task works through the requests a batch at a
+    # time (a 1 KiB chunk budget: 8 rows of 16 bytes per batch), not all at once.
+    values = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
+    index = np.random.default_rng(2).integers(0, 8, size=(500, 1))
+    y = _scratch_gather(da.from_array(values, chunks=(8, 4)), da.from_array(index, chunks=(70, 1)), tmp_path)
+    assert_same(y.compute(), values[index[:, 0]])
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_scratch_plan_moves_every_dtype_exactly(dtype, tmp_path):
+    rng = np.random.default_rng(3)
+    values = random_array(rng, (6, 5, 3), dtype)
+    index = np.stack([rng.integers(0, 6, 40), rng.integers(-5, 5, 40)], axis=-1)
+    y = _scratch_gather(da.from_array(values, chunks=(2, 2, 2)), da.from_array(index, chunks=(7, 2)), tmp_path,
+                        chunk_size="1B")
+    assert_same(y.compute(), reference.gather_nd(values, index))
+
+
+def test_scratch_plan_with_batch_dims_and_element_tuples(tmp_path):
+    rng = np.random.default_rng(4)
+    values = rng.random((3, 10, 6), dtype=np.float32)
+    index = np.stack([rng.integers(0, 10, (3, 20)), rng.integers(0, 6, (3, 20))], axis=-1)
+    y = _scratch_gather(da.from_array(values, chunks=(1, 4, 3)), da.from_array(index, chunks=(2, 6, 2)), tmp_path,
+                        chunk_size="1B", batch_dims=1)
+    assert_same(y.compute(), reference.gather_nd(values, index, 1))
+
+
+def test_scratch_graph_grows_linearly(tmp_path):
+    rng = np.random.default_rng(5)
+
+    def tasks(params_chunks, index_chunks):
+        params = da.random.random((8 * params_chunks, 8, 4), chunks=(8, 8, 4)).astype(np.float32)
+        indices = rng.integers(0, 8 * params_chunks, size=(16 * index_chunks, 1))
+        return len(_scratch_gather(params, da.from_array(indices, chunks=(16, 1)), tmp_path).__dask_graph__())
+
+    base, double = tasks(4, 4), tasks(8, 8)
+    assert double <= 2 * base, (base, double)
+
+
+@pytest.mark.parametrize("value,match", [
+    (42, r"chunked-tensor-ops.scratch must be a path, a URL or a mapping with 'url'.*got 42$"),
+    ({"endpoint": "x", "secret": "hunter2"}, r"got a mapping with keys \['endpoint', 'secret'\]$"),
+    ({"url": "/tmp/x", "storage_options": [1]}, r"storage_options must be a mapping, got list"),
+])
+def test_a_bad_scratch_config_is_named(value, match):
+    params = da.ones((64, 4), chunks=8)
+    indices = da.from_array(np.array([[1], [2]]), chunks=1)
+    with dask.config.set({"array.chunk-size": "1B", "chunked-tensor-ops.scratch": value}):
+        with pytest.raises(InvalidArgument, match=match) as info:
+            ops.gather_nd(params, indices)
+    assert "hunter2" not in str(info.value)
+
+
+def test_scratch_helper_example_runs_on_its_own():
+    import doctest
+
+    test = doctest.DocTestFinder().find(ops.scratch, "ops.scratch", globs={})[0]
+    result = doctest.DocTestRunner().run(test)
+    assert result.attempted >= 2 and result.failed == 0
+
+
+def test_scratch_helper_sets_the_config_for_the_build(tmp_path):
+    params = da.from_array(np.arange(256).reshape(64, 4), chunks=(8, 4))
+    indices = da.from_array(np.array([[63], [0]]), chunks=1)
+    with ops.scratch(tmp_path), dask.config.set({"array.chunk-size": "1B"}):
+        y = ops.gather_nd(params, indices)
+    assert any("gather_nd-split" in str(k) for k in dict(y.__dask_graph__()))
+    assert y.compute().tolist() == [[252, 253, 254, 255], [0, 1, 2, 3]]

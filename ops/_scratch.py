@@ -1,0 +1,184 @@
+"""Scratch storage for a plan that moves its intermediate data out of band.
+
+GatherNd with lazy indices into params larger than a few chunks is an all-to-all: every output
+block needs rows from every params block. Inside a Dask graph that takes a task per (indices
+block, params block) pair, and all the gathered rows sit in worker memory at once. Like
+rechunker's ``temp_store``, the scratch plan instead writes the pieces to a scratch store that
+every worker can reach (a local directory on one machine, or an fsspec URL such as
+``s3://bucket/tmp`` on a cluster) and keeps only barrier tasks between the stages: tasks and
+graph edges grow linearly with the blocks, and a task holds about one block.
+
+Configured with Dask's config, so it reaches the library, the accessor, the service and the
+command line alike::
+
+    dask.config.set({"chunked-tensor-ops.scratch": "/fast/disk/tmp"})
+    dask.config.set({"chunked-tensor-ops.scratch": {"url": "s3://bucket/tmp",
+                                                    "storage_options": {"endpoint_url": ...}}})
+
+A gather's files live under ``<scratch>/gather_nd-<token>-<run>/`` and are removed by the last
+output task that reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import uuid
+from collections.abc import Mapping
+
+import dask
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from ops.errors import InvalidArgument
+
+CONFIG_KEY = "chunked-tensor-ops.scratch"
+
+
+class Scratch:
+    """A directory (local path or fsspec URL) and the fsspec options to reach it.
+
+    A plain class, not a dataclass or tuple, so that Dask passes it to tasks as it is.
+    """
+
+    def __init__(self, url: str, storage_options: Mapping | None = None):
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+
+    def __repr__(self) -> str:  # never the storage options: they may hold credentials
+        return f"Scratch({self.url!r})"
+
+    def child(self, name: str) -> Scratch:
+        return Scratch(f"{self.url.rstrip('/')}/{name}", self.storage_options)
+
+    def new_run(self, prefix: str) -> Scratch:
+        """A directory of its own for one graph (two graphs never share files)."""
+        return self.child(f"{prefix}-{uuid.uuid4().hex[:12]}")
+
+    @property
+    def _fs_root(self):
+        return _filesystem(self.url, json.dumps(dict(self.storage_options), sort_keys=True, default=str))
+
+    def path(self, name: str) -> str:
+        fs, root = self._fs_root
+        return f"{root.rstrip('/')}/{name}"
+
+    @contextlib.contextmanager
+    def open_write(self, name: str):
+        """A binary file that appears under ``name`` only once it is complete (readers never see
+        half a file, and a task that runs twice replaces it whole)."""
+        fs, _ = self._fs_root
+        path = self.path(name)
+        if isinstance(fs, LocalFileSystem):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            partial = f"{path}.partial-{uuid.uuid4().hex[:8]}"
+            try:
+                with open(partial, "wb") as f:
+                    yield f
+                os.replace(partial, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(partial)
+        else:  # an object store publishes an object when its upload completes
+            with fs.open(path, "wb") as f:
+                yield f
+
+    def write(self, name: str, data) -> None:
+        with self.open_write(name) as f:
+            f.write(data)
+
+    def read(self, name: str) -> bytes:
+        fs, _ = self._fs_root
+        return fs.cat_file(self.path(name))
+
+    def read_ranges(self, names: list[str], starts: list[int], stops: list[int]) -> list[bytes]:
+        """Byte ranges [start, stop) of several files (concurrent requests on an object store)."""
+        if not names:
+            return []
+        fs, _ = self._fs_root
+        return fs.cat_ranges([self.path(n) for n in names], list(starts), list(stops))
+
+    def mark_and_count(self, marker: str, folder: str) -> int:
+        """Create the empty file ``folder/marker`` and count the files in ``folder``."""
+        fs, _ = self._fs_root
+        self.write(f"{folder}/{marker}", b"")
+        return len(fs.ls(self.path(folder), detail=False))
+
+    def remove(self) -> None:
+        fs, root = self._fs_root
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(root, recursive=True)
+
+    def exists(self, name: str) -> bool:
+        fs, _ = self._fs_root
+        return fs.exists(self.path(name))
+
+
+@functools.lru_cache(maxsize=16)
+def _filesystem(url: str, options_json: str):
+    fs, root = fsspec.core.url_to_fs(url, **json.loads(options_json))
+    return fs, root
+
+
+def configured() -> Scratch | None:
+    """The scratch store set in Dask's config (``chunked-tensor-ops.scratch``), or None."""
+    value = dask.config.get(CONFIG_KEY, None)
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        return Scratch(os.fspath(value))
+    if isinstance(value, Mapping) and isinstance(value.get("url"), (str, os.PathLike)):
+        options = value.get("storage_options") or {}
+        if not isinstance(options, Mapping):
+            raise InvalidArgument(
+                f"dask config {CONFIG_KEY}.storage_options must be a mapping, got {type(options).__name__}"
+            )
+        return Scratch(os.fspath(value["url"]), dict(options))
+    # Never echo a mapping: its storage_options may hold credentials.
+    got = f"a mapping with keys {sorted(map(str, value))}" if isinstance(value, Mapping) else repr(value)
+    raise InvalidArgument(
+        f"dask config {CONFIG_KEY} must be a path, a URL or a mapping with 'url' (and optional "
+        f"'storage_options'), got {got}"
+    )
+
+
+def scratch(url, storage_options: Mapping | None = None):
+    """Use a scratch store for the plans that move data out of band (a context manager).
+
+    GatherNd with lazy (Dask) indices into params larger than a quarter of Dask's
+    ``array.chunk-size`` is an all-to-all: with a scratch store its gathered rows go through
+    files there, and its graph stays linear in the blocks with about one block per task;
+    without one they go through worker memory, a task per (indices block, params block)
+    pair. The store is read when the graph is built, so build inside the block (computing
+    may happen later). Every worker must reach it: a local directory on one machine, or an
+    fsspec URL (``s3://bucket/tmp``) on a cluster. A finished gather removes its own files;
+    a failed one leaves them under ``<url>/gather_nd-*``.
+
+    Parameters
+    ----------
+    url : str or os.PathLike
+        A local directory or an fsspec URL.
+    storage_options : mapping, optional
+        fsspec options for ``url`` (s3fs: ``key``, ``secret``, ``endpoint_url``, ...). They
+        travel inside the graph to the workers.
+
+    Returns
+    -------
+    context manager
+        ``dask.config.set({"chunked-tensor-ops.scratch": ...})``.
+
+    Examples
+    --------
+    >>> import dask, dask.array as da, numpy as np, ops, tempfile
+    >>> params = da.arange(4096, chunks=256).reshape(1024, 4)
+    >>> indices = da.from_array(np.array([[1023], [0], [512]]), chunks=1)
+    >>> with tempfile.TemporaryDirectory() as tmp, ops.scratch(tmp), dask.config.set({"array.chunk-size": "1KiB"}):
+    ...     ops.gather_nd(params, indices).compute()
+    array([[4092, 4093, 4094, 4095],
+           [   0,    1,    2,    3],
+           [2048, 2049, 2050, 2051]])
+    """
+    value = {"url": os.fspath(url), "storage_options": dict(storage_options or {})}
+    return dask.config.set({CONFIG_KEY: value})
