@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import io
 import logging
 import math
@@ -28,6 +29,7 @@ import numpy as np
 import xarray as xr
 from distributed import CancelledError, Future
 
+import ops
 from ops import dtypes, registry
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
@@ -161,6 +163,9 @@ class _Control:
     finished: threading.Event = field(default_factory=threading.Event)
 
 
+_BUILD_LOCK = threading.Lock()
+
+
 class Executor:
     """Runs executions: synchronously for a request, or as background jobs."""
 
@@ -244,6 +249,22 @@ class Executor:
         self._check_size(plan, result)
         return result
 
+    @contextlib.contextmanager
+    def _job_scratch(self, plan: Plan):
+        """The job's scratch location (see ``_build_with_scratch``), removed when the job ends."""
+        scratch, remove = self._guarded(self.store.scratch, f"job-{plan.job_id}-")
+        try:
+            yield scratch
+        finally:
+            remove()
+
+    def _build_with_scratch(self, plan: Plan, scratch: dict) -> xr.DataArray:
+        """``build`` with the job's own scratch location (GatherNd's all-to-all writes its
+        intermediate files there; see ops.scratch). Dask's config is process-wide, so one
+        build at a time sets it; building schedules nothing and takes milliseconds."""
+        with _BUILD_LOCK, ops.scratch(scratch["url"], scratch["storage_options"]):
+            return self.build(plan)
+
     def _check_size(self, plan: Plan, result: xr.DataArray) -> None:
         """Refuse a result the service would have to hold (inline value, or computed from
         inline inputs in its own process) past the inline limit, and any result past the
@@ -269,12 +290,14 @@ class Executor:
         self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
                             status="running")
         try:
-            result = self._guarded(self.build, plan)
-            if plan.transmission == "value":
-                value = self._guarded(self._compute_value, plan, result)
-                self.records.finish(plan.job_id, "successful", "done: the result was returned inline", progress=100)
-                return value
-            self._guarded(self._store_result, plan, result)
+            with self._job_scratch(plan) as scratch:
+                result = self._guarded(self._build_with_scratch, plan, scratch)
+                if plan.transmission == "value":
+                    value = self._guarded(self._compute_value, plan, result)
+                    self.records.finish(plan.job_id, "successful", "done: the result was returned inline",
+                                        progress=100)
+                    return value
+                self._guarded(self._store_result, plan, result)
             self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
                                 progress=100)
             return None
@@ -299,9 +322,10 @@ class Executor:
                 if control.dismissed.is_set():
                     raise Dismissed
                 self.records.update(plan.job_id, status="running", started=now(), message="building the graph")
-                result = self._guarded(self.build, plan)
-                self.records.update(plan.job_id, message="running on the cluster")
-                self._guarded(self._store_result, plan, result)
+                with self._job_scratch(plan) as scratch:
+                    result = self._guarded(self._build_with_scratch, plan, scratch)
+                    self.records.update(plan.job_id, message="running on the cluster")
+                    self._guarded(self._store_result, plan, result)
             finally:
                 self._slots.release()
             self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",

@@ -30,7 +30,7 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
@@ -341,9 +341,13 @@ class ObjectArrayStore(ArrayStore):
 
     @_guarded
     def sweep(self) -> None:
-        """Remove local spools, and versions no pointer names (left by a service that stopped
-        mid-upload or mid-job). One service per data root, as for a local one."""
+        """Remove local spools, jobs' scratch files, and versions no pointer names (left by a
+        service that stopped mid-upload or mid-job). One service per data root, as for a local one."""
         super().sweep()
+        try:
+            self.fs.rm(f"{self.base}/scratch", recursive=True)
+        except FileNotFoundError:
+            pass
         named = {v.id for v in (self._current(n) for n in self.names()) if v is not None}
         try:
             versions = self.fs.ls(f"{self.base}/versions", detail=False)
@@ -419,6 +423,21 @@ class ObjectArrayStore(ArrayStore):
     def new_version(self, prefix: str) -> Version:
         """A fresh version prefix (nothing is written until Zarr writes into it)."""
         return self._version(f"{prefix}{uuid.uuid4().hex}")
+
+    def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
+        """A fresh prefix under ``scratch/`` for one job's intermediate files (``ops.scratch``),
+        which the workers reach with the graph's storage options, and its removal."""
+        path = f"{self.base}/scratch/{prefix}{uuid.uuid4().hex}"
+
+        def remove() -> None:
+            try:
+                self.fs.rm(path, recursive=True)
+            except FileNotFoundError:
+                pass
+            except Exception as error:  # logged; the start-up sweep retries
+                log.warning("could not remove s3://%s: %s", path, self._clean(str(error)))
+
+        return {"url": f"s3://{path}", "storage_options": self.options}, remove
 
     def zarr_target(self, location: Version, sub: str = "") -> FsspecStore:
         """A writable Zarr store on ``location`` (picklable: Dask workers write through it)."""

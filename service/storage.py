@@ -33,7 +33,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -372,6 +372,12 @@ class ArrayStore:
     def new_version(self, prefix: str) -> Path:
         """A new, empty location to build one array in, for ``publish``."""
         return self.temp_dir(prefix)
+
+    def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
+        """A new scratch location for one job's intermediate files (``ops.scratch``: GatherNd's
+        all-to-all), which the workers reach as they reach the arrays, and its removal."""
+        path = self.temp_dir(prefix)
+        return {"url": str(path), "storage_options": {}}, lambda: shutil.rmtree(path, ignore_errors=True)
 
     def zarr_target(self, location: Path, sub: str = ""):
         """What Zarr / xarray write to for ``location`` (joined with ``sub``)."""

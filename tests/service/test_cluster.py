@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client
@@ -265,6 +266,36 @@ def test_dismiss_a_running_job(api, gather_params, dask_cluster, data_root):
     final, _ = wait_job(api, next_job)
     assert final["status"] == "successful", final
     assert_bit_exact(download(api, next_job), ops.depth_to_space(small, 2))
+
+
+def _task_prefixes(client: Client) -> set[str]:
+    return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["ok", "bad-index"])
+def test_a_large_gather_goes_through_the_jobs_scratch_and_leaves_nothing(api, gather_params, dask_cluster, data_root,
+                                                                         bad):
+    """Params past the broadcast limit (a quarter of array.chunk-size, lowered here to 1 MiB):
+    the job's GatherNd takes the scratch plan, its files go to the job's own scratch directory
+    under the data root, where the workers reach them, and nothing is left when it ends."""
+    _, client = dask_cluster
+    indices = np.random.default_rng(7).integers(-4096, 4096, size=(30_000, 1), dtype=np.int64)
+    if bad:
+        indices[12_345, 0] = 5000
+    name = f"scratch-indices-{bad}"
+    upload(api, name, indices, chunks="4000,1")
+    with dask.config.set({"array.chunk-size": "1MiB"}):
+        job_id = submit(api, "gather_nd", {"params": {"href": "/arrays/gather-params"},
+                                           "indices": {"href": f"/arrays/{name}"}}, result_name=f"scratch-y-{bad}")
+        final, _ = wait_job(api, job_id)
+    assert {"gather_nd-split", "gather_nd-serve"} <= _task_prefixes(client)
+    if bad:
+        assert final["status"] == "failed", final
+        assert "indices[12345, 0] = 5000 is out of range for dimension 0 of size 4096" in final["message"]
+    else:
+        assert final["status"] == "successful", final
+        assert_bit_exact(download(api, f"scratch-y-{bad}"), ops.gather_nd(gather_params, indices))
+    assert job_leftovers(data_root, job_id) == []
 
 
 def test_failing_job_reports_the_index_error(api, gather_params, dask_cluster, data_root):

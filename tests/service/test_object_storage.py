@@ -20,6 +20,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import s3fs
@@ -27,6 +28,7 @@ import uvicorn
 import xarray as xr
 from fastapi.testclient import TestClient
 
+import ops
 from ops import dtypes
 from service.app import create_app
 from service.execution import Executor
@@ -318,6 +320,44 @@ def test_job_failing_on_the_workers_leaves_no_version(client, bucket):
     assert info["status"] == "failed" and "out of range" in info["message"], info
     assert_problem(client.get("/arrays/s3_fail_out/info"), 404)
     assert eventually(lambda: versions(bucket) == before), versions(bucket) - before
+
+
+def _scratch_objects(bucket) -> list[str]:
+    bucket.invalidate_cache()
+    return bucket.find(f"{BUCKET}/{PREFIX}/scratch")
+
+
+def test_a_large_gather_goes_through_scratch_objects_in_the_bucket(client, bucket, s3_calls):
+    """Params past the broadcast limit (array.chunk-size lowered to 256 KiB): GatherNd's
+    all-to-all writes its intermediate objects under scratch/ in the data root, where the
+    workers reach them with the graph's storage options; the API process writes none of them,
+    and none is left when the job ends."""
+    params = np.random.default_rng(8).standard_normal((2048, 64), dtype=np.float32)  # 512 KiB
+    indices = np.random.default_rng(9).integers(-2048, 2048, size=(6000, 1), dtype=np.int64)
+    put(client, "s3_scratch_params", params, chunks="256,64")
+    put(client, "s3_scratch_indices", indices, chunks="1000,1")
+    s3_calls.clear()
+    with dask.config.set({"array.chunk-size": "256KiB"}):
+        response = execute(client, "gather_nd", {"params": {"href": "/arrays/s3_scratch_params"},
+                                                 "indices": {"href": "/arrays/s3_scratch_indices"}},
+                           mode="reference", name="s3_scratch_out", headers={"Prefer": "respond-async"})
+        assert response.status_code == 201, response.text
+        info = wait_job(client, response.json()["jobID"])
+    assert info["status"] == "successful", info
+    dask_client = client.app.state.services.cluster.live_client()
+    prefixes = dask_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
+    assert {"gather_nd-split", "gather_nd-serve"} <= set(prefixes)  # the scratch plan ran
+    # The workers wrote and read the scratch objects; this process only looked for leftovers.
+    here = {method for method, key in s3_calls.calls if "/scratch/" in key}
+    assert not here & {"get_object", "put_object", "create_multipart_upload", "upload_part"}, here
+    same_bytes(load_npy(client.get("/arrays/s3_scratch_out").content), ops.gather_nd(params, indices))
+    assert _scratch_objects(bucket) == []
+
+
+def test_the_start_up_sweep_removes_scratch_left_by_a_stopped_service(client, bucket):
+    bucket.pipe(f"{BUCKET}/{PREFIX}/scratch/job-x-1/gather_nd-abc/requests/0", b"left")
+    store_of(client).sweep()
+    assert _scratch_objects(bucket) == []
 
 
 def test_a_worker_losing_the_store_is_a_503(client):
