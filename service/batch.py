@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+import ops
 from ops import _validate, dtypes, registry
 from ops.errors import InvalidArgument
 
@@ -246,6 +247,7 @@ class Plan:
     output: Path
     variable: str
     dims: dict | None = None      # roles -> dim names (--param dims=...)
+    scratch: Path | None = None   # GatherNd's intermediate files (ops.scratch), beside the output
 
     def store_graph(self, target):
         """The Dask graph (a Delayed) that writes the data to ``target``; metadata written now."""
@@ -330,8 +332,11 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
               for role, path in paths.items()]
     arrays = {i.role: i.array for i in opened}
     arrays.update({k: scalar_or_array(k, v, op) for k, v in literal_arrays.items()})
+    # Beside the output, where the workers write anyway; created only if a plan writes there.
+    scratch = target.with_name(f".{target.name}.scratch-{uuid.uuid4().hex[:8]}")
     try:
-        result = registry.apply(op.name, arrays, params, dims)  # the graph, as the service builds it
+        with ops.scratch(scratch):
+            result = registry.apply(op.name, arrays, params, dims)  # the graph, as the service builds it
     except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
         raise usage(str(error)) from None
     result.encoding = {}
@@ -339,7 +344,7 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
-    return Plan(op, params, opened, result, target, variable, dims)
+    return Plan(op, params, opened, result, target, variable, dims, scratch)
 
 
 def zarr_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
@@ -532,11 +537,13 @@ def execute(plan: Plan, settings, *, overwrite: bool, show_progress: bool, dashb
             except Exception:
                 pass
         cluster.close()  # an embedded cluster's workers stop here: none writes into built after
-        if built.exists():
-            shutil.rmtree(built, ignore_errors=True)
-            if not cluster.embedded:  # a task already on an external worker may still write a chunk
-                time.sleep(1.0)
-                shutil.rmtree(built, ignore_errors=True)
+        leftovers = [p for p in (built, plan.scratch) if p is not None and p.exists()]
+        for path in leftovers:
+            shutil.rmtree(path, ignore_errors=True)
+        if leftovers and not cluster.embedded:  # a task already on an external worker may still write
+            time.sleep(1.0)
+            for path in leftovers:
+                shutil.rmtree(path, ignore_errors=True)
     seconds = time.monotonic() - started
     return {"output": str(plan.output), "seconds": seconds,
             "bytes": _nbytes(plan.result.shape, plan.result.dtype)}

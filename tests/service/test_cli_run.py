@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -483,3 +484,37 @@ def test_help_documents_the_parameter_forms_and_the_exit_codes(capsys):
                  "--overwrite", "--n-workers", "--memory-limit", "--in-process"):
         assert flag in text
     assert "mode=DCR" in text and "--input indices=" in text
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["ok", "bad-index"])
+def test_a_large_gather_writes_its_scratch_beside_the_output_and_removes_it(inputs, tmp_path, capsys, monkeypatch,
+                                                                            bad):
+    """Params past the broadcast limit (array.chunk-size lowered to 1 KiB): GatherNd's
+    all-to-all goes through a scratch directory beside the output, gone when the run ends."""
+    gather_module = sys.modules["ops.gather_nd"]  # the module (ops.gather_nd is the function)
+
+    used = []
+    build_scratch = gather_module._build_scratch
+
+    def recording(*args):
+        used.append(Path(args[-1].url))
+        return build_scratch(*args)
+
+    monkeypatch.setattr(gather_module, "_build_scratch", recording)
+    points = POINTS.copy()
+    if bad:
+        points[33, 1] = 8
+    xr.Dataset({"points": (("p", "q"), points)}).chunk({"p": 10}).to_zarr(tmp_path / "idx.zarr", zarr_format=3)
+    out = tmp_path / "gathered.zarr"
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        code, _, err = main_in_process(capsys, "gather_nd", "--input", f"params={inputs / 'points.zarr'}",
+                                       "--variable", "params=params", "--input", f"indices={tmp_path / 'idx.zarr'}",
+                                       "--output", str(out), *QUICK)
+    assert len(used) == 1 and used[0].parent == tmp_path and used[0].name.startswith(".gathered.zarr.scratch-")
+    if bad:
+        assert code == 1, err
+        assert "indices[33, 1] = 8 is out of range for dimension 1 of size 8" in err
+    else:
+        assert code == 0, err
+        assert_same(read_output(out, "params").values, ops.gather_nd(PARAMS, points))  # named after params
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if bad else ["gathered.zarr"]) + ["idx.zarr"]
