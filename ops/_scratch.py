@@ -91,14 +91,28 @@ class Scratch:
 
     def read(self, name: str) -> bytes:
         fs, _ = self._fs_root
-        return fs.cat_file(self.path(name))
+        with self._missing():
+            return fs.cat_file(self.path(name))
 
     def read_ranges(self, names: list[str], starts: list[int], stops: list[int]) -> list[bytes]:
         """Byte ranges [start, stop) of several files (concurrent requests on an object store)."""
         if not names:
             return []
         fs, _ = self._fs_root
-        return fs.cat_ranges([self.path(n) for n in names], list(starts), list(stops))
+        with self._missing():
+            return fs.cat_ranges([self.path(n) for n in names], list(starts), list(stops), on_error="raise")
+
+    @contextlib.contextmanager
+    def _missing(self):
+        try:
+            yield
+        except FileNotFoundError as error:
+            # The run's files are removed by its last output block: a block recomputed after
+            # that (its worker died before the result was stored) finds them gone.
+            raise FileNotFoundError(
+                f"a scratch file under {self.url} is missing ({error}): the scratch store was removed "
+                "while the graph ran, or a block was recomputed after the run finished; compute it again"
+            ) from None
 
     def mark_and_count(self, marker: str, folder: str) -> int:
         """Create the empty file ``folder/marker`` and count the files in ``folder``."""

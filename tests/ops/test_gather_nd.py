@@ -415,3 +415,18 @@ def test_scratch_helper_sets_the_config_for_the_build(tmp_path):
         y = ops.gather_nd(params, indices)
     assert any("gather_nd-split" in str(k) for k in dict(y.__dask_graph__()))
     assert y.compute().tolist() == [[252, 253, 254, 255], [0, 1, 2, 3]]
+
+
+def test_a_missing_scratch_file_is_named(tmp_path):
+    """A block recomputed after the run removed its files says so, not a TypeError."""
+    values = np.arange(64 * 4).reshape(64, 4)
+    y = _scratch_gather(da.from_array(values, chunks=(8, 4)), da.from_array(np.array([[5], [60]]), chunks=1),
+                        tmp_path, chunk_size="1B")
+    graph = dict(y.__dask_graph__())
+    first = next(iter(_flat(y.__dask_keys__())))
+    dependencies = {k: v for k, v in zip(graph, dask.get(graph, list(graph))) if k != first}
+    import shutil
+
+    shutil.rmtree(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"a scratch file under .* is missing .*compute it again"):
+        dask.get({**graph, **dependencies}, first)
