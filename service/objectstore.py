@@ -80,11 +80,16 @@ def storage_options(settings: Settings) -> dict:
 def open_store(settings: Settings) -> ArrayStore:
     """The array store of ``settings.data_root``: a local directory or an ``s3://`` URL."""
     if not settings.remote:
-        return ArrayStore(settings.data_root, chunk_bytes=settings.chunk_bytes,
-                          max_upload_bytes=settings.max_upload_bytes)
-    return ObjectArrayStore(settings.data_root, options=storage_options(settings),
-                            state_dir=settings.state_dir or Path("state"), chunk_bytes=settings.chunk_bytes,
-                            max_upload_bytes=settings.max_upload_bytes, create_bucket=settings.s3_create_bucket)
+        store = ArrayStore(settings.data_root, chunk_bytes=settings.chunk_bytes,
+                           max_upload_bytes=settings.max_upload_bytes)
+    else:
+        store = ObjectArrayStore(settings.data_root, options=storage_options(settings),
+                                 state_dir=settings.state_dir or Path("state"), chunk_bytes=settings.chunk_bytes,
+                                 max_upload_bytes=settings.max_upload_bytes, create_bucket=settings.s3_create_bucket)
+    if settings.scratch:
+        options = storage_options(settings) if settings.scratch.startswith("s3://") else {}
+        store.scratch_root = (settings.scratch, options)
+    return store
 
 
 @dataclass
@@ -427,6 +432,8 @@ class ObjectArrayStore(ArrayStore):
     def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
         """A fresh prefix under ``scratch/`` for one job's intermediate files (``ops.scratch``),
         which the workers reach with the graph's storage options, and its removal."""
+        if self.scratch_root is not None:  # the scratch setting: elsewhere
+            return super().scratch(prefix)
         path = f"{self.base}/scratch/{prefix}{uuid.uuid4().hex}"
 
         def remove() -> None:

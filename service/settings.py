@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     chunk_bytes: int = Field(16 * MiB, ge=1024)
     # How long an execution waits for the scheduler before answering 503.
     scheduler_timeout: float = Field(5.0, gt=0)
+    # Where jobs put their intermediate files (GatherNd's all-to-all when params is large): a
+    # directory every worker reaches (a shared file system) or an fsspec URL (s3:// uses the
+    # s3_* settings below). Default: under the data root (tmp/ locally, scratch/ on S3); an S3
+    # scratch costs a small GET per (indices block, params block) pair, a shared disk does not.
+    scratch: str | None = None
     # --- object storage (data_root = s3://bucket/prefix); never taken from requests --------
     # Where the job records (SQLite) and upload spools live when data_root is remote;
     # default ./state. Unused for a local data root (they live in it).

@@ -25,6 +25,7 @@ import ctypes
 import errno
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -46,6 +47,8 @@ import zarr
 from ops import dtypes
 from service import npy, zipstore
 from service.errors import bad_request, conflict, no_such_array, too_large
+
+log = logging.getLogger(__name__)
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
@@ -276,6 +279,24 @@ class _Pins:
             return list(self._doomed.values())
 
 
+def _configured_scratch(root: str, options: dict, prefix: str) -> tuple[dict, Callable[[], None]]:
+    """A job's scratch location under the ``scratch`` setting (a shared directory or a URL)."""
+    import fsspec
+
+    url = f"{root.rstrip('/')}/{prefix}{uuid.uuid4().hex}"
+    fs, path = fsspec.core.url_to_fs(url, **options)
+
+    def remove() -> None:
+        try:
+            fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except Exception as error:  # a leftover in a scratch area, not a failed job
+            log.warning("could not remove the scratch %s: %s", root, type(error).__name__)
+
+    return {"url": url, "storage_options": options}, remove
+
+
 def _remove_in_background(path: Path) -> None:
     """Remove a directory off the calling thread (a pin may be released on the event loop)."""
     try:
@@ -373,9 +394,14 @@ class ArrayStore:
         """A new, empty location to build one array in, for ``publish``."""
         return self.temp_dir(prefix)
 
+    # (url, fsspec options) of the ``scratch`` setting, or None: scratch under the data root.
+    scratch_root: tuple[str, dict] | None = None
+
     def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
         """A new scratch location for one job's intermediate files (``ops.scratch``: GatherNd's
         all-to-all), which the workers reach as they reach the arrays, and its removal."""
+        if self.scratch_root is not None:
+            return _configured_scratch(*self.scratch_root, prefix)
         path = self.temp_dir(prefix)
         return {"url": str(path), "storage_options": {}}, lambda: shutil.rmtree(path, ignore_errors=True)
 

@@ -298,6 +298,31 @@ def test_a_large_gather_goes_through_the_jobs_scratch_and_leaves_nothing(api, ga
     assert job_leftovers(data_root, job_id) == []
 
 
+def test_the_scratch_setting_puts_job_scratch_elsewhere(dask_cluster, tmp_path, monkeypatch):
+    """CHUNKED_TENSOR_OPS_SCRATCH: a job's GatherNd scratch goes under that directory (a
+    shared disk, say) instead of the data root, and is removed when the job ends."""
+    from ops import _scratch
+
+    address, _ = dask_cluster
+    runs = []
+    new_run = _scratch.Scratch.new_run
+    monkeypatch.setattr(_scratch.Scratch, "new_run", lambda self, prefix: runs.append(new_run(self, prefix)) or runs[-1])
+    settings = make_settings(tmp_path / "root", scheduler=address, chunk_bytes=64 * 1024, scratch=str(tmp_path / "shared"))
+    params = np.random.default_rng(11).standard_normal((512, 64), dtype=np.float32)
+    indices = np.random.default_rng(12).integers(0, 512, size=(5000, 1), dtype=np.int64)
+    with TestClient(create_app(settings)) as other, dask.config.set({"array.chunk-size": "256KiB"}):
+        upload(other, "p", params, chunks="64,64")
+        upload(other, "i", indices, chunks="1000,1")
+        job_id = submit(other, "gather_nd", {"params": {"href": "/arrays/p"}, "indices": {"href": "/arrays/i"}},
+                        result_name="y")
+        final, _ = wait_job(other, job_id)
+        assert final["status"] == "successful", final
+        assert_bit_exact(download(other, "y"), ops.gather_nd(params, indices))
+    assert len(runs) == 1 and runs[0].url.startswith(f"{tmp_path / 'shared'}/job-{job_id}-")
+    assert list((tmp_path / "shared").iterdir()) == []
+    assert job_leftovers(tmp_path / "root", job_id) == []
+
+
 def test_failing_job_reports_the_index_error(api, gather_params, dask_cluster, data_root):
     _, client = dask_cluster
     indices = np.random.default_rng(3).integers(0, 4096, size=(100_000, 1), dtype=np.int64)
