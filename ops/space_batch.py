@@ -25,6 +25,14 @@ Chunk plans (DESIGN.md):
   an output block is the size of an input block, not P times it) and each output block
   interleaves the same block from each of the P groups. Crops only trim edge blocks; input blocks that are
   cropped away entirely are not read.
+- Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zarr array):
+  the tasks above read the regions they need from the source themselves (``_block_reads``)
+  instead of depending on the input's block tasks, so no input block (nor a P-way split of
+  it) is held in worker memory for several readers, spilled or sent between workers: a
+  BatchToSpaceND output block is one task that reads a 1/P region of one block of each
+  group; a SpaceToBatchND window is one task that reads its block (and the boundary rows of
+  one neighbour). The price is a Zarr chunk decoded once per region read (P times per block
+  for BatchToSpaceND), measured cheaper than holding the blocks (bench/out_of_core.py).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _chunks, _lazy, _validate
+from ops import _block_reads, _chunks, _lazy, _validate
 from ops._copy import copy_into
 from ops.errors import InvalidArgument
 from schemas import BatchToSpaceNDParams, SpaceToBatchNDParams, SpaceToBatchParams
@@ -406,6 +414,19 @@ def _build_space_to_batch_blockwise(x: da.Array, block_shape, out_chunks, reads)
     return y
 
 
+def _graph(name: str, layer: dict, x: da.Array, reads) -> HighLevelGraph:
+    """The graph of ``layer`` on top of x's; with region reads, on top of x's sources only
+    (x's own block tasks are not used, and would only be culled)."""
+    if reads is None:
+        return HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    used = any(x.name in deps for deps in x.dask.dependencies.values())
+    layers = {k: v for k, v in x.dask.layers.items() if k != x.name or used}
+    dependencies = {k: set(v) for k, v in x.dask.dependencies.items() if k in layers}
+    layers[name] = layer
+    dependencies[name] = set(reads.layers)
+    return HighLevelGraph(layers, dependencies)
+
+
 def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings)
     m = len(block_shape)
@@ -414,6 +435,13 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     groups = math.prod(block_shape)
     token = tokenize(x, block_shape, paddings)
     name, all_name, edge_name = (f"space_to_batch_nd{part}-{token}" for part in ("", "-all", "-edge"))
+    # A plain from_array/from_zarr input: each task reads its pieces (its own block and the
+    # boundary rows of a neighbour) from the source itself, so no input block is a result held
+    # in worker memory for several readers. A Zarr chunk is decoded whole for a few boundary
+    # rows, so this is for windows over at most two input blocks (a halo on one axis);
+    # otherwise, and for any other input, the pieces come from the block keys.
+    reads_per_block = math.prod(max(map(len, axis)) for axis in reads)
+    source = _block_reads.BlockReads.of(x) if reads_per_block <= 2 else None
     # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
     # Several: one task per input batch chunk computes all P groups in one pass, and output
     # block (g, k) is group g's rows of it (a view, no copy).
@@ -434,13 +462,14 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
                     zero_shape = (rows * groups if single else rows, *spatial_shape, *rest_shape)
                     layer.update({key: (np.zeros, zero_shape, dtype) for key in out_keys})
                     continue
-                pieces = [
-                    _piece_args(
-                        x, (x.name, n, *(k for k, *_ in combo), *rest), combo, layer,
-                        (edge_name, n, *spatial, *rest, p),
-                    )
-                    for p, combo in enumerate(itertools.product(*axis_reads))
-                ]
+                pieces = []
+                for p, combo in enumerate(itertools.product(*axis_reads)):
+                    block = (n, *(k for k, *_ in combo), *rest)
+                    if source is None:
+                        pieces.append(_piece_args(x, (x.name, *block), combo, layer, (edge_name, n, *spatial, *rest, p)))
+                        continue
+                    local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
+                    pieces.append([source.read(block, local), None, [o for *_, o in combo]])
                 covered = all(
                     sum(stop - start for _, start, stop, _ in r) == size * b
                     for r, size, b in zip(axis_reads, spatial_shape, block_shape)
@@ -456,7 +485,7 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
                 layer[all_key] = task
                 for g, key in enumerate(out_keys):
                     layer[key] = (_group_rows, all_key, groups, g)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    graph = _graph(name, layer, x, source)
     return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
@@ -481,18 +510,34 @@ def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, 
 
 def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.Array:
     in_chunks, kept, out_chunks = batch_to_space_nd_chunks(x.chunks, block_shape, crops)
-    if in_chunks != x.chunks:
-        x = x.rechunk(in_chunks)
+    # The plan's blocks read from the source inside the task that needs them, when x is a
+    # plain from_array/from_zarr and the plan only splits its chunks: no rechunk tasks, no
+    # input block held for its P readers (nor sent to another worker).
+    source = _block_reads.BlockReads.of(x)
+    pieces = source and _block_reads.refined(x.chunks, in_chunks)
+    if pieces is None:
+        source = None
+        if in_chunks != x.chunks:
+            x = x.rechunk(in_chunks)
+
+    def block(index):
+        if source is None:
+            return (x.name, *index)
+        return source.read(
+            tuple(pieces[a][i][0] for a, i in enumerate(index)),
+            tuple(pieces[a][i][1] for a, i in enumerate(index)),
+        )
+
     m = len(block_shape)
     groups = math.prod(block_shape)
-    single = x.numblocks[0] == 1
-    batch_blocks = x.numblocks[0] // groups
+    single = len(in_chunks[0]) == 1
+    batch_blocks = len(in_chunks[0]) // groups
     local_crops = [
-        _local_crops(x.chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
+        _local_crops(in_chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
         for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))
     ]
     name = f"batch_to_space_nd-{tokenize(x, block_shape, crops)}"
-    if single and all(k == (0, n) for k, n in zip(kept, x.numblocks[1 : 1 + m])):
+    if single and in_chunks == x.chunks and all(k == (0, n) for k, n in zip(kept, x.numblocks[1 : 1 + m])):
         # Each input block is one output block: a blockwise map, which Dask fuses with the
         # read of the block and the write of the result.
         return x.map_blocks(
@@ -502,18 +547,16 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     layer = {}
     for index in np.ndindex(*map(len, out_chunks)):
         # Spatial block k of the output is input chunk kept[i][0] + k (of every group).
-        source = [index[1 + i] + kept[i][0] for i in range(m)]
+        spatial = [index[1 + i] + kept[i][0] for i in range(m)]
         block_crops = [local_crops[i][index[1 + i]] for i in range(m)]
         if single:
             # The block holds all P groups of its rows: one pass, as the NumPy kernel does.
-            key = (x.name, 0, *source, *index[1 + m :])
-            layer[(name, *index)] = (batch_to_space_nd_kernel, key, list(block_shape), block_crops)
+            task = block((0, *spatial, *index[1 + m :]))
+            layer[(name, *index)] = (batch_to_space_nd_kernel, task, list(block_shape), block_crops)
             continue
-        blocks = [
-            (x.name, g * batch_blocks + index[0], *source, *index[1 + m :]) for g in range(groups)
-        ]
+        blocks = [block((g * batch_blocks + index[0], *spatial, *index[1 + m :])) for g in range(groups)]
         layer[(name, *index)] = (_batch_to_space_block, blocks, list(block_shape), block_crops)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    graph = _graph(name, layer, x, source)
     return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 

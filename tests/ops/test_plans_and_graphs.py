@@ -319,3 +319,91 @@ def test_building_is_lazy_and_quick_on_huge_arrays():
         y = ops.depth_to_space(x, 4)
         assert y.shape == (64, 16384, 16384, 16)
         assert y.npartitions == x.npartitions
+
+
+# --- Zarr inputs: regions read inside the tasks that need them ------------------------------------
+
+
+def _zarr_zeros(shape, chunks, dtype=np.float32) -> da.Array:
+    import zarr
+
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=shape, chunks=chunks, dtype=dtype, fill_value=0)
+    return da.from_zarr(z)
+
+
+def _region_reads(task) -> list:
+    """The ``getter(source, region)`` calls nested in one (legacy tuple) task."""
+    from dask.array.core import getter
+
+    found = []
+    if isinstance(task, tuple) and task and task[0] is getter:
+        return [task]
+    if isinstance(task, (tuple, list)):
+        for item in task:
+            found += _region_reads(item)
+    return found
+
+
+def _layer_reads(y: da.Array, part: str) -> dict:
+    """For each task of y's own layer whose key contains ``part``: its nested region reads."""
+    return {k: _region_reads(v) for k, v in y.dask.layers[y.name].items() if part in k[0]}
+
+
+def test_block_reads_only_for_plain_source_arrays():
+    from ops._block_reads import BlockReads
+
+    x = _zarr_zeros((4, 8), (2, 4))
+    reads = BlockReads.of(x)
+    assert reads is not None
+    task = reads.read((1, 1), (slice(1, 2), slice(0, 3)))
+    assert task[2] == (slice(3, 4), slice(4, 7))  # the region in the source's coordinates
+    assert BlockReads.of(x + 1) is None  # a computed array: its blocks are not plain reads
+    assert BlockReads.of(da.zeros((4, 8), chunks=2)) is None
+    assert BlockReads.of(da.from_array(np.zeros((4, 8)), chunks=2)) is None  # data inlined per block
+
+
+def test_refined_maps_split_chunks_to_regions():
+    from ops._block_reads import refined
+
+    assert refined(((4, 4),), ((2, 2, 4),)) == [[(0, slice(0, 2)), (0, slice(2, 4)), (1, slice(0, 4))]]
+    assert refined(((4, 4),), ((3, 5),)) is None  # a new chunk across an old boundary
+    assert refined(((2, 0, 2),), ((2, 2),)) == [[(0, slice(0, 2)), (2, slice(0, 2))]]
+
+
+def test_batch_to_space_from_zarr_is_one_task_per_output_block():
+    # The benchmark's layout (issue 10): 4 groups of one image, chunks of 4 rows. Each output
+    # block reads a quarter of one block of each group from the source, in its own task: no
+    # rechunk tasks, no input block held for four readers.
+    x = _zarr_zeros((4, 16, 8, 2), (1, 4, 8, 2))
+    y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    assert y.chunks[1] == (2,) * 16  # an output block is an input block's size
+    graph = dict(y.__dask_graph__())
+    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+    assert len(graph) == y.npartitions + 1  # + the Zarr array itself
+    reads = _layer_reads(y, "batch_to_space")
+    assert all(len(r) == 4 for r in reads.values())
+    assert all(r[2][1].stop - r[2][1].start == 1 for rs in reads.values() for r in rs)  # a quarter
+    # Linear: twice the rows, twice the tasks.
+    assert _task_count(ops.batch_to_space_nd(_zarr_zeros((4, 32, 8, 2), (1, 4, 8, 2)), [2, 2], [[0, 0], [0, 0]])) == (
+        2 * y.npartitions + 1
+    )
+
+
+@pytest.mark.parametrize("pads,regions", [([[0, 0], [0, 0]], 1), ([[1, 1], [1, 1]], 2)])
+def test_space_to_batch_from_zarr_reads_each_block_in_one_task(pads, regions):
+    # Batch axis chunked (the benchmark's layout): one task per input block reads it (and,
+    # with a halo on H, one boundary row of the block before) and rearranges all 4 groups;
+    # the output blocks are views of it. No separate read or edge tasks.
+    x = _zarr_zeros((4, 16, 8, 2), (1, 4, 8, 2))
+    y = ops.space_to_batch_nd(x, [2, 2], pads)
+    reads = _layer_reads(y, "-all-")
+    assert len(reads) == x.npartitions + (4 if pads[0][0] else 0)  # + a last window of one row
+    assert max(len(r) for r in reads.values()) == regions
+    graph = dict(y.__dask_graph__())
+    assert not [k for k in graph if "edge" in str(k[0] if isinstance(k, tuple) else k)]
+    assert len(graph) == len(reads) + y.npartitions + 1
+    # Halos on both axes: each output block would decode up to 4 Zarr chunks; pieces come
+    # from the block keys and small edge tasks instead.
+    y = ops.space_to_batch_nd(_zarr_zeros((4, 16, 8, 2), (1, 4, 4, 2)), [2, 2], [[1, 1], [1, 1]])
+    assert not any(_layer_reads(y, "-all-").values())
+    assert [k for k in dict(y.__dask_graph__()) if "edge" in str(k[0])]

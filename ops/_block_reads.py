@@ -1,0 +1,122 @@
+"""Reading part of an input block straight from the array it was loaded from.
+
+A Dask array made by ``da.from_array`` / ``da.from_zarr`` has one task per block,
+``getter(source, block_slices)``. When an output block of an operator needs only part of an
+input block, or parts of several, depending on the block's key makes the whole block a
+result held in worker memory until every reader has run (and, with tight worker memory,
+spilled to disk and read back, or sent to another worker). Reading the part from the source
+inside the task that needs it (``getter(source, part_slices)``) has no such intermediate: the
+task reads, rearranges and hands its result to the next step (a Zarr write) on its own. A
+Zarr chunk is still decoded whole for each part, so this pays when the alternative is an
+intermediate block, not in general.
+
+Any other input (a computed array, a from_array with fancy getters) gives ``None`` and the
+caller depends on the block keys as usual.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from dask._task_spec import DataNode, GraphNode, Task, TaskRef
+from dask.core import istask
+from dask.array.core import getter, getter_inline, getter_nofancy
+
+_GETTERS = (getter, getter_nofancy, getter_inline)
+_KWARGS = ("asarray", "lock")
+
+
+def _plain_slices(value, ndim: int):
+    """The tuple of ``ndim`` step-1 slices with explicit bounds in ``value``, or None."""
+    if isinstance(value, DataNode):
+        value = value.value
+    if not isinstance(value, tuple) or len(value) != ndim:
+        return None
+    for s in value:
+        if not isinstance(s, slice) or s.start is None or s.stop is None or s.step not in (None, 1):
+            return None
+    return value
+
+
+def _parse(task, ndim: int, graph):
+    """(getter function, source key, block slices, extra positional args) of a getter task."""
+    if not isinstance(task, Task) or task.func not in _GETTERS or len(task.args) != 2:
+        return None
+    if set(task.kwargs) - set(_KWARGS):
+        return None
+    ref, slices = task.args
+    slices = _plain_slices(slices, ndim)
+    if not isinstance(ref, TaskRef) or slices is None:
+        return None
+    if ref.key not in graph:
+        return None
+    source = graph[ref.key]
+    # The source must be a value (the array object), not a computation or another key.
+    if isinstance(source, GraphNode) and not isinstance(source, DataNode):
+        return None
+    if istask(source) or isinstance(source, (str, tuple, list, dict)):
+        return None
+    extra = tuple(task.kwargs.get(k, d) for k, d in zip(_KWARGS, (True, None)))
+    return task.func, ref.key, slices, extra
+
+
+class BlockReads:
+    """Tasks that read a region of a block of ``x`` from its source; build with ``of(x)``."""
+
+    def __init__(self, x, plans, layers):
+        self.x = x
+        self.plans = plans
+        #: The graph layers the read tasks depend on (the sources), besides x's own.
+        self.layers = layers
+
+    @classmethod
+    def of(cls, x):
+        """``BlockReads`` for ``x``, or None when x's blocks are not plain source reads."""
+        graph = x.dask
+        layer = graph.layers.get(x.name)
+        if layer is None or x.npartitions == 0:
+            return None
+        sources = graph.dependencies.get(x.name, set())
+        values = {}
+        for name in sources:
+            values.update(graph.layers[name])
+        first = layer.get((x.name, *(0,) * x.ndim))
+        if _parse(first, x.ndim, values) is None:  # cheap refusal before looking at every block
+            return None
+        plans = {}
+        for index in np.ndindex(*x.numblocks):
+            parsed = _parse(layer.get((x.name, *index)), x.ndim, values)
+            if parsed is None:
+                return None
+            plans[index] = parsed
+        return cls(x, plans, set(sources))
+
+    def read(self, index, local=None):
+        """A task (legacy tuple) reading ``x``'s block ``index``, restricted to the slices
+        ``local`` (relative to the block; None: the whole block)."""
+        func, source, slices, extra = self.plans[tuple(index)]
+        if local is not None:
+            slices = tuple(
+                slice(s.start + (lo.start or 0), s.start + (s.stop - s.start if lo.stop is None else lo.stop))
+                for s, lo in zip(slices, local)
+            )
+        return (func, source, slices, *extra)
+
+
+def refined(chunks, new_chunks):
+    """For each axis, each new chunk as (old chunk index, local slice) when ``new_chunks``
+    only splits ``chunks`` (every old boundary is a new one); else None."""
+    result = []
+    for old, new in zip(chunks, new_chunks):
+        starts = np.cumsum((0, *old))
+        pieces = []
+        position = 0
+        k = 0
+        for n in new:
+            while k < len(old) - 1 and position >= starts[k + 1]:
+                k += 1
+            if position + n > starts[k + 1] and n:
+                return None
+            pieces.append((k, slice(int(position - starts[k]), int(position - starts[k] + n))))
+            position += n
+        result.append(pieces)
+    return result
