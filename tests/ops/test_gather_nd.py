@@ -278,17 +278,23 @@ def test_row_gather_reads_only_hit_row_blocks_and_keeps_column_chunks():
     assert_same(y.compute(), np.arange(60).reshape(20, 3)[[0, 19, 1]])
 
 
+def _readers(graph: dict, params_name: str) -> dict:
+    """params block key -> the tasks that read it."""
+    readers = {}
+    for key in graph:
+        for dep in get_dependencies(graph, key):
+            if isinstance(dep, tuple) and dep[0] == params_name:
+                readers.setdefault(dep, []).append(key)
+    return readers
+
+
 def test_shuffle_plan_reads_each_params_block_once():
     params = da.from_array(np.arange(64).reshape(16, 4), chunks=(4, 4))
     indices = da.from_array(np.arange(16).reshape(16, 1)[::-1], chunks=4)
     with dask.config.set({"array.chunk-size": "64B"}):
         y = ops.gather_nd(params, indices)
     graph = dict(y.__dask_graph__())
-    readers = {}
-    for key in graph:
-        for dep in get_dependencies(graph, key):
-            if isinstance(dep, tuple) and dep[0] == params.name:
-                readers.setdefault(dep, []).append(key)
+    readers = _readers(graph, params.name)
     assert len(readers) == params.npartitions
     assert all(len(keys) == 1 for keys in readers.values())  # one serve task per block
     out_keys = set(_flat(y.__dask_keys__()))
@@ -332,11 +338,7 @@ def test_scratch_plan_reads_each_params_block_once_and_leaves_no_files(tmp_path)
     params = da.from_array(values, chunks=(8, 8, 4))
     y = _scratch_gather(params, da.from_array(index, chunks=(50, 1)), tmp_path)
     graph = dict(y.__dask_graph__())
-    readers = {}
-    for key in graph:
-        for dep in get_dependencies(graph, key):
-            if isinstance(dep, tuple) and dep[0] == params.name:
-                readers.setdefault(dep, []).append(key)
+    readers = _readers(graph, params.name)
     assert len(readers) == params.npartitions and all(len(keys) == 1 for keys in readers.values())
     # Outputs never depend on params blocks or on each other's pieces: only the two barriers.
     for key in _flat(y.__dask_keys__()):
