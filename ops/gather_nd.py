@@ -518,8 +518,10 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     """
     c = indices.shape[-1]
     merged = b + c
-    token = tokenize(params, indices, b, negative)
-    run = scratch.new_run(f"gather_nd-{token[:16]}")
+    run = scratch.new_run(f"gather_nd-{tokenize(params, indices, b, negative)[:16]}")
+    # Keys of their own: two builds of one gather write to two run directories, and a
+    # scheduler that merged their keys would have one build's tasks read the other's files.
+    token = tokenize(params, indices, b, negative, run.url)
     split, plan, serve, served = (f"gather_nd-{part}-{token}" for part in ("split", "plan", "serve", "served"))
     name = f"gather_nd-{token}"
     lead_blocks = list(np.ndindex(*indices.numblocks[:-1]))

@@ -432,3 +432,13 @@ def test_a_missing_scratch_file_is_named(tmp_path):
     shutil.rmtree(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"a scratch file under .* is missing .*compute it again"):
         dask.get({**graph, **dependencies}, first)
+
+
+def test_two_builds_of_one_scratch_gather_have_keys_of_their_own(tmp_path):
+    params = da.from_array(np.arange(256).reshape(64, 4), chunks=(8, 4))
+    indices = da.from_array(np.array([[63], [0], [7]]), chunks=1)
+    first, second = (_scratch_gather(params, indices, tmp_path, chunk_size="1B") for _ in range(2))
+    assert not set(dict(first.__dask_graph__())) & set(dict(second.__dask_graph__())) - set(
+        dict(params.__dask_graph__())) - set(dict(indices.__dask_graph__()))
+    both = dask.compute(first, second)
+    assert all(b.tolist() == [[252, 253, 254, 255], [0, 1, 2, 3], [28, 29, 30, 31]] for b in both)
