@@ -466,7 +466,8 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
                 for p, combo in enumerate(itertools.product(*axis_reads)):
                     block = (n, *(k for k, *_ in combo), *rest)
                     if source is None:
-                        pieces.append(_piece_args(x, (x.name, *block), combo, layer, (edge_name, n, *spatial, *rest, p)))
+                        edge_key = (edge_name, n, *spatial, *rest, p)
+                        pieces.append(_piece_args(x, (x.name, *block), combo, layer, edge_key))
                         continue
                     local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
                     pieces.append([source.read(block, local), None, [o for *_, o in combo]])
