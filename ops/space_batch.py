@@ -32,7 +32,9 @@ Chunk plans (DESIGN.md):
   BatchToSpaceND output block is one task that reads a 1/P region of one block of each
   group; a SpaceToBatchND window is one task that reads its block (and the boundary rows of
   one neighbour). The price is a Zarr chunk decoded once per region read (P times per block
-  for BatchToSpaceND), measured cheaper than holding the blocks (bench/out_of_core.py).
+  for BatchToSpaceND), measured no slower than holding the blocks on local disk
+  (bench/out_of_core.py) and far lighter on worker memory; reads that repeat a chunk are
+  only planned for sources in memory or on local disk, not from object stores.
 """
 
 from __future__ import annotations
@@ -442,6 +444,8 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # otherwise, and for any other input, the pieces come from the block keys.
     reads_per_block = math.prod(max(map(len, axis)) for axis in reads)
     source = _block_reads.BlockReads.of(x) if reads_per_block <= 2 else None
+    if source is not None and reads_per_block > 1 and not source.local:
+        source = None  # from an object store a second read of a chunk is a second download
     # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
     # Several: one task per input batch chunk computes all P groups in one pass, and output
     # block (g, k) is group g's rows of it (a view, no copy).
@@ -516,6 +520,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # input block held for its P readers (nor sent to another worker).
     source = _block_reads.BlockReads.of(x)
     pieces = source and _block_reads.refined(x.chunks, in_chunks)
+    if pieces is not None and in_chunks != x.chunks and not source.local:
+        pieces = None  # a split block is read P times: from an object store, P downloads
     if pieces is None:
         source = None
         if in_chunks != x.chunks:

@@ -407,3 +407,25 @@ def test_space_to_batch_from_zarr_reads_each_block_in_one_task(pads, regions):
     y = ops.space_to_batch_nd(_zarr_zeros((4, 16, 8, 2), (1, 4, 4, 2)), [2, 2], [[1, 1], [1, 1]])
     assert not any(_layer_reads(y, "-all-").values())
     assert [k for k in dict(y.__dask_graph__()) if "edge" in str(k[0])]
+
+
+def test_object_store_sources_are_not_read_twice():
+    # From an object store (here fsspec's in-memory filesystem behind zarr's FsspecStore) a
+    # second read of a chunk is a second download: BatchToSpaceND falls back to splitting
+    # each block once (rechunk tasks) and SpaceToBatchND to halos from the block keys.
+    import zarr
+    from zarr.storage import FsspecStore
+
+    from ops._block_reads import BlockReads
+
+    store = FsspecStore.from_url(f"memory://h8-{id(object())}/x.zarr", read_only=False)
+    z = zarr.create_array(store, shape=(4, 16, 8, 2), chunks=(1, 4, 8, 2), dtype=np.float32, fill_value=0)
+    x = da.from_zarr(z)
+    assert BlockReads.of(x) is not None and not BlockReads.of(x).local
+    assert BlockReads.of(_zarr_zeros((4, 8), (2, 4))).local
+    y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    assert [k for k in dict(y.__dask_graph__()) if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+    y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
+    assert not any(_layer_reads(y, "-all-").values())  # pieces from block keys, halos via edge tasks
+    y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])  # one read per block: still from the store
+    assert all(len(r) == 1 for r in _layer_reads(y, "-all-").values())
