@@ -19,9 +19,13 @@ is a network transfer of the whole chunk.
 from __future__ import annotations
 
 import numpy as np
-from dask._task_spec import DataNode, GraphNode, Task, TaskRef
-from dask.core import istask
 from dask.array.core import getter, getter_inline, getter_nofancy
+from dask.core import istask
+
+try:  # Dask's task objects (2024.12+); private, so a Dask without them means "no region reads"
+    from dask._task_spec import DataNode, GraphNode, Task, TaskRef
+except ImportError:  # pragma: no cover - depends on the installed Dask
+    DataNode = GraphNode = Task = TaskRef = None
 
 _GETTERS = (getter, getter_nofancy, getter_inline)
 _KWARGS = ("asarray", "lock")
@@ -41,7 +45,7 @@ def _plain_slices(value, ndim: int):
 
 def _parse(task, ndim: int, graph):
     """(getter function, source key, block slices, extra positional args) of a getter task."""
-    if not isinstance(task, Task) or task.func not in _GETTERS or len(task.args) != 2:
+    if Task is None or not isinstance(task, Task) or task.func not in _GETTERS or len(task.args) != 2:
         return None
     if set(task.kwargs) - set(_KWARGS):
         return None
