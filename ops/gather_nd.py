@@ -12,13 +12,17 @@ Plans, by what is lazy:
   tuple hits are never read: a gather of a few points from a huge array touches a few blocks.
 - Lazy (Dask) indices, output chunked like the indices' leading dims; index values are checked
   when computed, with the same IndexError:
-  * params up to ``dask.config["array.chunk-size"]`` bytes, or NumPy params
+  * params up to a quarter of ``dask.config["array.chunk-size"]``, or NumPy params
     (``_build_broadcast``): params as one block, read by every indices block (a cluster sends
     it once to each worker);
-  * larger Dask params (``_build_shuffle``): every indices block is split into requests per
-    params block, each params block serves all requests for it in one task, and each indices
-    block reassembles its pieces: a params block is read once and only the gathered rows
-    travel, never whole params blocks to every indices block.
+  * larger Dask params with a scratch store set (``ops.scratch``; ``_build_scratch``): the
+    exchange goes through files. Each indices block writes its requests grouped by params
+    block, each params block is read once and serves all its requests to one file, and each
+    output block reads its rows back; two barrier tasks separate the stages, so tasks and
+    graph edges are linear in the blocks and a task holds about one block;
+  * larger Dask params without one (``_build_shuffle``): the same exchange inside the graph,
+    a request and a piece task per (indices block, params block) pair, all pieces in worker
+    memory at once.
 """
 
 from __future__ import annotations
