@@ -518,10 +518,11 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # The plan's blocks read from the source inside the task that needs them, when x is a
     # plain from_array/from_zarr and the plan only splits its chunks: no rechunk tasks, no
     # input block held for its P readers (nor sent to another worker).
+    # From an object store too: a split block is then downloaded P times, but the rechunk
+    # plan holds P pieces of every block in worker memory, and measured on S3 (s3fs's buffers
+    # on top) it had 384 MiB workers killed over and over (bench/RESULTS.md).
     source = _block_reads.BlockReads.of(x)
     pieces = source and _block_reads.refined(x.chunks, in_chunks)
-    if pieces is not None and in_chunks != x.chunks and not source.local:
-        pieces = None  # a split block is read P times: from an object store, P downloads
     if pieces is None:
         source = None
         if in_chunks != x.chunks:
