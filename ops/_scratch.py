@@ -125,10 +125,6 @@ class Scratch:
         with contextlib.suppress(FileNotFoundError):
             fs.rm(root, recursive=True)
 
-    def exists(self, name: str) -> bool:
-        fs, _ = self._fs_root
-        return fs.exists(self.path(name))
-
 
 @functools.lru_cache(maxsize=16)
 def _filesystem(url: str, options_json: str):

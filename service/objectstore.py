@@ -41,7 +41,8 @@ from zarr.storage import FsspecStore
 from service.errors import PROJECT, ServiceError, conflict, no_such_array
 from service.records import now
 from service.settings import Settings
-from service.storage import _KEY_PART, NAME, ArrayStore, Located, NpyUpload, check_name, from_stored, located
+from service.storage import (_KEY_PART, NAME, ArrayStore, Located, NpyUpload, _configured_scratch, check_name,
+                             from_stored, located)
 
 log = logging.getLogger(__name__)
 
@@ -431,20 +432,10 @@ class ObjectArrayStore(ArrayStore):
 
     def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
         """A fresh prefix under ``scratch/`` for one job's intermediate files (``ops.scratch``),
-        which the workers reach with the graph's storage options, and its removal."""
-        if self.scratch_root is not None:  # the scratch setting: elsewhere
-            return super().scratch(prefix)
-        path = f"{self.base}/scratch/{prefix}{uuid.uuid4().hex}"
-
-        def remove() -> None:
-            try:
-                self.fs.rm(path, recursive=True)
-            except FileNotFoundError:
-                pass
-            except Exception as error:  # logged; the start-up sweep retries
-                log.warning("could not remove s3://%s: %s", path, self._clean(str(error)))
-
-        return {"url": f"s3://{path}", "storage_options": self.options}, remove
+        which the workers reach with the graph's storage options, and its removal (unless the
+        scratch setting puts them elsewhere)."""
+        root = self.scratch_root or (f"s3://{self.base}/scratch", self.options)
+        return _configured_scratch(*root, prefix)
 
     def zarr_target(self, location: Version, sub: str = "") -> FsspecStore:
         """A writable Zarr store on ``location`` (picklable: Dask workers write through it)."""

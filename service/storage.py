@@ -280,7 +280,8 @@ class _Pins:
 
 
 def _configured_scratch(root: str, options: dict, prefix: str) -> tuple[dict, Callable[[], None]]:
-    """A job's scratch location under the ``scratch`` setting (a shared directory or a URL)."""
+    """A job's scratch location under ``root`` (a shared directory or a URL), and its removal;
+    a failed removal is logged (the start-up sweep of an S3 data root retries)."""
     import fsspec
 
     url = f"{root.rstrip('/')}/{prefix}{uuid.uuid4().hex}"
