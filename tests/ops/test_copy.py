@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
+import dask
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ops._copy import copy_into
+from ops._copy import COMPILED_COPY_KEY, copy_into, use_compiled_copy
+from ops.errors import InvalidArgument
 from tests.helpers import assert_same, dtype_strategy, random_array
 
 
@@ -27,13 +33,56 @@ def view_pairs(draw):
     return dst, src
 
 
-@given(view_pairs())
-def test_copy_matches_numpy(pair):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@given(pair=view_pairs())
+def test_copy_matches_numpy(pair, compiled):
     dst, src = pair
     expected = np.empty_like(dst)
     np.copyto(expected, src)
-    copy_into(dst, src)
+    with dask.config.set({COMPILED_COPY_KEY: compiled}):
+        copy_into(dst, src)
     assert_same(dst, expected)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_nan_payloads_and_odd_itemsizes_survive_either_path(compiled):
+    bits = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000], np.uint32)
+    dst = np.empty((2, 2), np.float32)
+    wide = np.arange(24, dtype=np.uint8).view("V12").reshape(2, 1)  # no machine word of 12 bytes
+    wide_dst = np.empty((1, 2), "V12")
+    with dask.config.set({COMPILED_COPY_KEY: compiled}):
+        copy_into(dst.T, bits.view(np.float32).reshape(2, 2))
+        copy_into(wide_dst.T, wide)
+    assert dst.T.view(np.uint32).tolist() == bits.reshape(2, 2).tolist()
+    assert wide_dst.tobytes() == bytes(range(24))
+
+
+def test_a_bad_compiled_copy_setting_names_the_key_and_value():
+    with dask.config.set({COMPILED_COPY_KEY: "sometimes"}):
+        with pytest.raises(InvalidArgument, match=r"chunked-tensor-ops.compiled-copy .*'auto', true or false.*'sometimes'"):
+            use_compiled_copy()
+
+
+def test_auto_keeps_numba_off_small_dask_workers():
+    """Under the default setting a worker with a 384 MiB limit rearranges without loading numba
+    (its ~100 MiB would put the worker above its spill line), one with 2 GiB loads it; both
+    give NumPy's result."""
+    code = textwrap.dedent("""
+        import sys
+        import dask.array as da, numpy as np
+        from distributed import Client, LocalCluster
+        import ops
+        x = np.arange(2 * 4 * 6 * 8, dtype=np.float32).reshape(2, 4, 6, 8)
+        for limit in ("384MiB", "2GiB"):
+            with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=limit, processes=True,
+                              dashboard_address=None) as cluster, Client(cluster) as client:
+                y = ops.depth_to_space(da.from_array(x, chunks=(1, 2, 6, 8)), 2).compute()
+                loaded = client.run(lambda: "numba" in sys.modules)
+                print(limit, list(loaded.values())[0], y.tobytes() == ops.depth_to_space(x, 2).tobytes())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["384MiB", "False", "True", "2GiB", "True", "True"]
 
 
 @pytest.mark.parametrize("offset", [1, 2, 3, 4, 6])
@@ -61,11 +110,3 @@ def test_mismatched_arguments():
         copy_into(np.empty((2, 3)), np.empty((3, 2)))
     with pytest.raises(ValueError, match="itemsizes differ"):
         copy_into(np.empty(3, np.float32), np.empty(3, np.float64))
-
-
-def test_nan_payloads_survive():
-    bits = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000], np.uint32)
-    src = bits.view(np.float32).reshape(2, 2)
-    dst = np.empty((2, 2), np.float32)
-    copy_into(dst.T, src)
-    assert dst.T.view(np.uint32).tolist() == bits.reshape(2, 2).tolist()
