@@ -13,29 +13,18 @@ compiled loop that writes each contiguous run, gets close to ``memcpy`` on a rea
 Elements are moved as unsigned machine words of their byte size, so every fixed-size dtype
 (bool, bfloat16, complex32, ...) is copied exactly, NaN payloads included.
 
-The compiled loop costs a process about 100 MiB once numba and its code are loaded. On a Dask
-worker with a small memory limit that is the room its blocks need: above distributed's spill
-line (70% of the limit) every block a task keeps for the next one goes to disk. So under the
-default Dask config ``chunked-tensor-ops.compiled-copy: auto`` a worker with less than 1 GiB
-copies with ``np.copyto`` (half the in-memory speed for short runs, far below the disk and
-network speed that limits such a worker) unless numba is loaded there already; ``true`` or
-``false`` decide for every process.
+Where ``ops._compiled.use_compiled_kernels()`` says no (a small Dask worker), the copy is
+``np.copyto`` of the same raw words: the same bits, about half the in-memory speed for short
+runs, far above the disk and network speeds such a worker waits on.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 
-import dask
 import numpy as np
 
-from ops.errors import InvalidArgument
-
-#: Dask config key: "auto" (the default), true or false; see the module docstring.
-COMPILED_COPY_KEY = "chunked-tensor-ops.compiled-copy"
-#: Under "auto", a Dask worker with a memory limit below this copies with NumPy.
-SMALL_WORKER_BYTES = 2**30
+from ops._compiled import use_compiled_kernels
 
 # Runs (bytes contiguous on both sides) shorter than this are too short to stream well in the
 # source's order; see _loop_plan.
@@ -102,7 +91,7 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
         raise ValueError(f"copy_into: itemsizes differ, {dst.dtype} vs {src.dtype}")
     if dst.size == 0:
         return
-    if not use_compiled_copy() or any(
+    if not use_compiled_kernels() or any(
         s <= 0 for n, s in zip(src.shape + dst.shape, src.strides + dst.strides) if n > 1
     ):
         # Broadcast (0) or reversed (<0) strides are rare here; NumPy handles them correctly.
@@ -137,31 +126,6 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
         _words(dst, word, dst_span), np.array(dst_strides, np.int64),
         np.array(shape, np.int64),
     )
-
-
-def use_compiled_copy() -> bool:
-    """Whether ``copy_into`` runs the compiled loop in this process (see the module docstring)."""
-    setting = dask.config.get(COMPILED_COPY_KEY, "auto")
-    if setting is True or setting is False:
-        return setting
-    if setting != "auto":
-        raise InvalidArgument(
-            f"dask config {COMPILED_COPY_KEY} must be 'auto', true or false, got {setting!r}"
-        )
-    return "numba" in sys.modules or not _on_small_worker()
-
-
-def _on_small_worker() -> bool:
-    """Whether this code runs in a Dask worker whose memory limit is below SMALL_WORKER_BYTES."""
-    distributed = sys.modules.get("distributed")  # not imported: not a worker
-    if distributed is None:
-        return False
-    try:
-        worker = distributed.get_worker()
-    except ValueError:
-        return False
-    limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
-    return bool(limit) and limit < SMALL_WORKER_BYTES
 
 
 def _numpy_copy(dst: np.ndarray, src: np.ndarray) -> None:

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ops._copy import COMPILED_COPY_KEY, copy_into, use_compiled_copy
+from ops._compiled import COMPILED_KEY, use_compiled_kernels
+from ops._copy import copy_into
 from ops.errors import InvalidArgument
 from tests.helpers import assert_same, dtype_strategy, random_array
 
@@ -39,7 +40,7 @@ def test_copy_matches_numpy(pair, compiled):
     dst, src = pair
     expected = np.empty_like(dst)
     np.copyto(expected, src)
-    with dask.config.set({COMPILED_COPY_KEY: compiled}):
+    with dask.config.set({COMPILED_KEY: compiled}):
         copy_into(dst, src)
     assert_same(dst, expected)
 
@@ -50,17 +51,17 @@ def test_nan_payloads_and_odd_itemsizes_survive_either_path(compiled):
     dst = np.empty((2, 2), np.float32)
     wide = np.arange(24, dtype=np.uint8).view("V12").reshape(2, 1)  # no machine word of 12 bytes
     wide_dst = np.empty((1, 2), "V12")
-    with dask.config.set({COMPILED_COPY_KEY: compiled}):
+    with dask.config.set({COMPILED_KEY: compiled}):
         copy_into(dst.T, bits.view(np.float32).reshape(2, 2))
         copy_into(wide_dst.T, wide)
     assert dst.T.view(np.uint32).tolist() == bits.reshape(2, 2).tolist()
     assert wide_dst.tobytes() == bytes(range(24))
 
 
-def test_a_bad_compiled_copy_setting_names_the_key_and_value():
-    with dask.config.set({COMPILED_COPY_KEY: "sometimes"}):
-        with pytest.raises(InvalidArgument, match=r"chunked-tensor-ops.compiled-copy .*'auto', true or false.*'sometimes'"):
-            use_compiled_copy()
+def test_a_bad_compiled_kernels_setting_names_the_key_and_value():
+    with dask.config.set({COMPILED_KEY: "sometimes"}):
+        with pytest.raises(InvalidArgument, match=r"chunked-tensor-ops.compiled-kernels .*'auto', true or false.*'sometimes'"):
+            use_compiled_kernels()
 
 
 def test_auto_keeps_numba_off_small_dask_workers():
