@@ -8,7 +8,8 @@ results equal the plain expression ``(src.astype(f32) * scale).astype(dst)`` bit
 Kernel: the plain expression materialises two full float32 temporaries. The kernel is one
 compiled pass instead: each row's float32 products go to a row buffer that stays in cache and
 are rounded from there with NumPy's and ml_dtypes' own algorithms (``ops/_float_bits.py``),
-so src is read once and the result written once, with the GIL released.
+so src is read once and the result written once, with the GIL released. Where numba is not
+wanted (a small Dask worker, ``ops/_compiled.py``) the plain expression runs in row slabs.
 
 Dask plan: row blocks with all n columns in one chunk; per-row scales are chunked with the
 rows, and for per_group with k_dim=0 the row chunks are aligned to multiples of group_size so
@@ -24,6 +25,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _chunks, _lazy, _validate, dtypes
+from ops._compiled import use_compiled_kernels
 from ops.errors import InvalidArgument
 from schemas import AscendDequantParams
 
@@ -62,6 +64,9 @@ def dequant_kernel(src, scale, plan, dst_dtype, n_out: int, row0: int = 0) -> np
     """
     rows, n = src.shape
     y = (np.zeros if n_out > n else np.empty)((rows, n_out), dst_dtype)
+    if not use_compiled_kernels():  # a small Dask worker: no numba (see ops/_compiled.py)
+        _dequant_rows_numpy(src, scale_as_float32(scale), plan, row0, y[:, :n])
+        return y
     kind = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}.get(np.dtype(dst_dtype), 2)
     bits = y.view(np.uint32 if kind == 0 else np.uint16)
     row_div, col_div, row_limit, col_limit = plan
@@ -70,6 +75,33 @@ def dequant_kernel(src, scale, plan, dst_dtype, n_out: int, row0: int = 0) -> np
     dequant_rows(src, src.view(np.uint32), scale_as_float32(scale), row_div, col_div,
                   row_limit, col_limit, row0, bits, kind)
     return y
+
+
+#: Elements per slab of the NumPy path: its float32 temporaries stay at a few MiB.
+_SLAB_ELEMENTS = 2**20
+
+
+def _dequant_rows_numpy(src, scale, plan, row0: int, out) -> None:
+    """``dequant_rows`` as the plain NumPy expression, a slab of rows at a time: the same bits
+    (the compiled loop reproduces NumPy's float32 multiply and its / ml_dtypes' casts)."""
+    rows, n = src.shape
+    row_div, col_div, row_limit, col_limit = plan
+    scaled_rows = min(rows, max(0, row_limit - row0))
+    cols = min(n, col_limit)
+    first = row0 // row_div if row_div else 0
+    col_index = np.arange(cols) // col_div if col_div else np.zeros(cols, np.intp)
+    step = max(1, _SLAB_ELEMENTS // max(n, 1))
+    with np.errstate(all="ignore"):  # NaN, inf and overflow are results here, not accidents
+        for i0 in range(0, rows, step):
+            i1 = min(rows, i0 + step)
+            product = src[i0:i1].astype(F32)
+            k1 = min(i1, scaled_rows)
+            if i0 < k1 and cols:
+                global_rows = np.arange(row0 + i0, row0 + k1)
+                row_index = global_rows // row_div - first if row_div else np.zeros(k1 - i0, np.intp)
+                # product first: NaN * NaN keeps src's NaN (quieted), as the compiled loop does.
+                product[: k1 - i0, :cols] *= scale[row_index[:, None], col_index[None, :]]
+            out[i0:i1] = product.astype(out.dtype)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -65,9 +65,9 @@ def test_a_bad_compiled_kernels_setting_names_the_key_and_value():
 
 
 def test_auto_keeps_numba_off_small_dask_workers():
-    """Under the default setting a worker with a 384 MiB limit rearranges without loading numba
-    (its ~100 MiB would put the worker above its spill line), one with 2 GiB loads it; both
-    give NumPy's result."""
+    """Under the default setting a worker with a 384 MiB limit rearranges and dequantises without
+    loading numba (its ~100 MiB would put the worker above its spill line), one with 2 GiB
+    loads it; both give the in-process (compiled) result."""
     code = textwrap.dedent("""
         import sys
         import dask.array as da, numpy as np
@@ -78,8 +78,12 @@ def test_auto_keeps_numba_off_small_dask_workers():
             with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=limit, processes=True,
                               dashboard_address=None) as cluster, Client(cluster) as client:
                 y = ops.depth_to_space(da.from_array(x, chunks=(1, 2, 6, 8)), 2).compute()
+                q = da.from_array(np.arange(-64, 64, dtype=np.int32).reshape(8, 16), chunks=(4, 16))
+                z = ops.ascend_dequant(q, np.float32(0.5), dst_dtype="float16").compute()
                 loaded = client.run(lambda: "numba" in sys.modules)
-                print(limit, list(loaded.values())[0], y.tobytes() == ops.depth_to_space(x, 2).tobytes())
+                same = (y.tobytes() == ops.depth_to_space(x, 2).tobytes()
+                        and z.tobytes() == ops.ascend_dequant(q.compute(), np.float32(0.5), dst_dtype="float16").tobytes())
+                print(limit, list(loaded.values())[0], same)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]

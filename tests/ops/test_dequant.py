@@ -1,6 +1,7 @@
 """AscendDequant against the seed's table, ONNX's DequantizeLinear (where the semantics
 coincide: int32 input, zero point 0), and the plain NumPy expression bit for bit; the Dask
-row-block plan against the NumPy path; every refusal."""
+row-block plan against the NumPy path; every refusal. Every test runs twice: with the compiled
+kernel and with the NumPy path small Dask workers use (ops/_compiled.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import ops
+from ops._compiled import COMPILED_KEY
 from ops.dequant import CLASSIC_SCALAR, CLASSIC_VECTOR, POLICY_PAIRS, dequant_chunks
 from ops.errors import InvalidArgument
 from tests.helpers import assert_same, chunking, compute, random_array
@@ -22,6 +24,14 @@ from tests.ops import reference
 
 DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16),
           "float32": np.dtype(np.float32), "uint64": np.dtype(np.uint64)}
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["compiled", "numpy"])
+def kernel_path(request):
+    with dask.config.set({COMPILED_KEY: request.param}):
+        yield request.param
+
+
 SEED_SRC = np.arange(-16, 16, dtype=np.int32).reshape(4, 8)
 SEED_SCALE = np.array([2.2, -2.2, 2.2, -2.2, 2.2, -2.2, 0, 0], np.float32)
 
@@ -399,3 +409,12 @@ def test_float_scale_error_shows_the_fix_and_the_fix_works():
 def test_pack_refusals(call, match):
     with pytest.raises(InvalidArgument, match=match):
         call()
+
+
+def test_nan_times_nan_keeps_the_src_payload_quieted():
+    """x86 (and so NumPy's multiply) returns the first operand's NaN; both paths take src's."""
+    src_bits = np.array([[0x7F800001, 0xFFC00123], [0x7FA00000, 0x7FC00000]], np.uint32)
+    scale_bits = np.array([0x7F812345, 0xFFFFFFFF], np.uint32)
+    y = ops.ascend_dequant(src_bits.view(np.float32), scale_bits.view(np.float32),
+                           dst_dtype="float32", policy="per_token")
+    assert y.view(np.uint32).tolist() == (src_bits | np.uint32(0x400000)).tolist()
