@@ -79,10 +79,10 @@ def test_auto_keeps_numba_off_small_dask_workers():
                               dashboard_address=None) as cluster, Client(cluster) as client:
                 y = ops.depth_to_space(da.from_array(x, chunks=(1, 2, 6, 8)), 2).compute()
                 q = da.from_array(np.arange(-64, 64, dtype=np.int32).reshape(8, 16), chunks=(4, 16))
-                z = ops.ascend_dequant(q, np.float32(0.5), dst_dtype="float16").compute()
+                z = ops.ascend_dequant(q, np.float32(0.5), dst_dtype="bfloat16").compute()
                 loaded = client.run(lambda: "numba" in sys.modules)
                 same = (y.tobytes() == ops.depth_to_space(x, 2).tobytes()
-                        and z.tobytes() == ops.ascend_dequant(q.compute(), np.float32(0.5), dst_dtype="float16").tobytes())
+                        and z.tobytes() == ops.ascend_dequant(q.compute(), np.float32(0.5), dst_dtype="bfloat16").tobytes())
                 print(limit, list(loaded.values())[0], same)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
