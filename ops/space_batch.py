@@ -43,9 +43,11 @@ import bisect
 import itertools
 import math
 
+import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
+from dask.utils import parse_bytes
 from dask.highlevelgraph import HighLevelGraph
 
 from ops import _block_reads, _chunks, _lazy, _validate
@@ -498,6 +500,20 @@ def _batch_to_space_block(blocks, block_shape, crops):
     return batch_to_space_nd_kernel(list(blocks), block_shape, crops)
 
 
+def _batch_to_space_from_bundle(bundle, parts, block_shape, crops):
+    """One output block from the (source index, slices) ``parts`` of a bundle of P chunks."""
+    return batch_to_space_nd_kernel([bundle[k][slices] for k, slices in parts], block_shape, crops)
+
+
+def _largest_block_bytes(x: da.Array) -> int:
+    return math.prod(max(c) if c else 0 for c in x.chunks) * x.dtype.itemsize
+
+
+def _bundle_limit() -> int:
+    """The most a bundle of BatchToSpaceND input chunks may hold: half of Dask's chunk size."""
+    return parse_bytes(dask.config.get("array.chunk-size")) // 2
+
+
 def _batch_to_space_local(block, block_shape, local_crops, block_id=None):
     crops = [axis_crops[block_id[1 + i]] for i, axis_crops in enumerate(local_crops)]
     return batch_to_space_nd_kernel(block, block_shape, crops)
@@ -552,6 +568,16 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
             _batch_to_space_local, list(block_shape), local_crops,
             chunks=out_chunks, dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype), name=name,
         )
+    # Each output block reads a part of P source chunks (one per group), and each of those
+    # chunks feeds P output blocks. Reading the parts separately decodes (or downloads) every
+    # chunk P times; when P chunks fit in half of Dask's chunk size, one task per set of P
+    # chunks reads each once and its P output blocks are cut from it.
+    bundled = (
+        source is not None and not single
+        and groups * _largest_block_bytes(x) <= _bundle_limit()
+    )
+    bundle_name = f"batch_to_space_nd-bundle-{tokenize(x, block_shape, crops)}"
+    bundles: dict[tuple, int] = {}
     layer = {}
     for index in np.ndindex(*map(len, out_chunks)):
         # Spatial block k of the output is input chunk kept[i][0] + k (of every group).
@@ -562,8 +588,21 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
             task = block((0, *spatial, *index[1 + m :]))
             layer[(name, *index)] = (batch_to_space_nd_kernel, task, list(block_shape), block_crops)
             continue
-        blocks = [block((g * batch_blocks + index[0], *spatial, *index[1 + m :])) for g in range(groups)]
-        layer[(name, *index)] = (_batch_to_space_block, blocks, list(block_shape), block_crops)
+        in_blocks = [(g * batch_blocks + index[0], *spatial, *index[1 + m :]) for g in range(groups)]
+        if not bundled:
+            blocks = [block(b) for b in in_blocks]
+            layer[(name, *index)] = (_batch_to_space_block, blocks, list(block_shape), block_crops)
+            continue
+        sources = [tuple(pieces[a][i][0] for a, i in enumerate(b)) for b in in_blocks]
+        unique = tuple(dict.fromkeys(sources))
+        if unique not in bundles:
+            bundles[unique] = len(bundles)
+            layer[(bundle_name, bundles[unique])] = (tuple, [source.read(b) for b in unique])
+        parts = [(unique.index(src), tuple(pieces[a][i][1] for a, i in enumerate(b)))
+                 for src, b in zip(sources, in_blocks)]
+        layer[(name, *index)] = (
+            _batch_to_space_from_bundle, (bundle_name, bundles[unique]), parts, list(block_shape), block_crops,
+        )
     graph = _graph(name, layer, x, source)
     return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 

@@ -371,23 +371,40 @@ def test_refined_maps_split_chunks_to_regions():
     assert refined(((2, 0, 2),), ((2, 2),)) == [[(0, slice(0, 2)), (2, slice(0, 2))]]
 
 
-def test_batch_to_space_from_zarr_is_one_task_per_output_block():
+def test_batch_to_space_from_zarr_reads_each_chunk_once():
     # The benchmark's layout (issue 10): 4 groups of one image, chunks of 4 rows. Each output
-    # block reads a quarter of one block of each group from the source, in its own task: no
-    # rechunk tasks, no input block held for four readers.
+    # block needs a quarter of one chunk of each group, and each chunk feeds 4 output blocks:
+    # one bundle task per row of chunks reads its 4 chunks (each once, whole) from the source
+    # and the 4 output blocks are cut from it. No rechunk tasks.
     x = _zarr_zeros((4, 16, 8, 2), (1, 4, 8, 2))
     y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
     assert y.chunks[1] == (2,) * 16  # an output block is an input block's size
     graph = dict(y.__dask_graph__())
     assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
-    assert len(graph) == y.npartitions + 1  # + the Zarr array itself
-    reads = _layer_reads(y, "batch_to_space")
-    assert all(len(r) == 4 for r in reads.values())
-    assert all(r[2][1].stop - r[2][1].start == 1 for rs in reads.values() for r in rs)  # a quarter
+    bundles = _layer_reads(y, "-bundle-")
+    assert len(bundles) == 4 and all(len(r) == 4 for r in bundles.values())
+    read = [r[2] for rs in bundles.values() for r in rs]
+    assert sorted(read) == sorted(tuple(slice(a, a + n) for a, n in zip(k, (1, 4, 8, 2)))
+                                  for k in [(g, 4 * r, 0, 0) for g in range(4) for r in range(4)])
+    assert len(graph) == y.npartitions + len(bundles) + 1  # + the Zarr array itself
     # Linear: twice the rows, twice the tasks.
     assert _task_count(ops.batch_to_space_nd(_zarr_zeros((4, 32, 8, 2), (1, 4, 8, 2)), [2, 2], [[0, 0], [0, 0]])) == (
-        2 * y.npartitions + 1
+        2 * (y.npartitions + len(bundles)) + 1
     )
+
+
+def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():
+    # Four 256-byte chunks (float32 [1, 4, 8, 2]) are 1 KiB: over a 1 KiB array.chunk-size's
+    # half, each output block reads its quarter of 4 chunks from the source in its own task.
+    x = _zarr_zeros((4, 16, 8, 2), (1, 4, 8, 2))
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    assert not _layer_reads(y, "-bundle-")
+    reads = _layer_reads(y, "batch_to_space")
+    assert len(reads) == y.npartitions and all(len(r) == 4 for r in reads.values())
+    assert all(r[2][1].stop - r[2][1].start == 1 for rs in reads.values() for r in rs)  # a quarter
+    with dask.config.set({"array.chunk-size": "2KiB"}):
+        assert _layer_reads(ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]]), "-bundle-")
 
 
 @pytest.mark.parametrize("pads,regions", [([[0, 0], [0, 0]], 1), ([[1, 1], [1, 1]], 2)])
