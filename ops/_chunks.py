@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import itertools
 
+import dask
+from dask.utils import parse_bytes
+
 from ops.errors import InvalidArgument
+
+
+def target_bytes() -> int:
+    """Dask's ``array.chunk-size`` in bytes: the block size the plans aim at and budget with."""
+    return parse_bytes(dask.config.get("array.chunk-size"))
 
 
 def boundaries(chunks: tuple[int, ...]) -> list[int]:

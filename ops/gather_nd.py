@@ -30,12 +30,10 @@ from __future__ import annotations
 import math
 import operator
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
-from dask.utils import parse_bytes
 
 from ops import _chunks, _lazy, _scratch, _validate
 from ops.errors import InvalidArgument
@@ -170,15 +168,11 @@ def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
 # Dask builders
 
 
-def _target_bytes() -> int:
-    return parse_bytes(dask.config.get("array.chunk-size"))
-
-
 def _broadcast_limit() -> int:
     """Params up to this size go to every indices block as one block: a quarter of Dask's
     chunk size (32 MiB by default), so that a small worker holds params, an indices block and
     its output at once."""
-    return _target_bytes() // 4
+    return _chunks.target_bytes() // 4
 
 
 def _lead_chunks(lead, row_bytes: int, target: int) -> tuple[tuple[int, ...], ...]:
@@ -265,7 +259,7 @@ def _build_concrete(params: da.Array, indices: np.ndarray, b: int, negative: boo
 
     slice_chunks = params.chunks[merged:]
     row_bytes = math.prod(params.shape[merged:]) * params.dtype.itemsize
-    lead_chunks = _lead_chunks(lead, row_bytes, _target_bytes())
+    lead_chunks = _lead_chunks(lead, row_bytes, _chunks.target_bytes())
     # Output blocks along the tuples are contiguous runs of tuple ids: [bounds[o], bounds[o+1]).
     run_bounds = np.cumsum([0] + [
         math.prod(lead_chunks[k][i] for k, i in enumerate(index))
@@ -532,7 +526,7 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     params_blocks = list(np.ndindex(*params.numblocks[:merged]))
     slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
     row_bytes = math.prod(params.chunksize[merged:]) * params.dtype.itemsize
-    batch_rows = max(1, _target_bytes() // 8 // max(row_bytes, 1))
+    batch_rows = max(1, _chunks.target_bytes() // 8 // max(row_bytes, 1))
     layer = {}
     for i, index in enumerate(lead_blocks):
         layer[(split, i)] = (

@@ -43,11 +43,9 @@ import bisect
 import itertools
 import math
 
-import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.utils import parse_bytes
 from dask.highlevelgraph import HighLevelGraph
 
 from ops import _block_reads, _chunks, _lazy, _validate
@@ -508,11 +506,6 @@ def _largest_block_bytes(x: da.Array) -> int:
     return math.prod(max(c) if c else 0 for c in x.chunks) * x.dtype.itemsize
 
 
-def _bundle_limit() -> int:
-    """The most a bundle of BatchToSpaceND input chunks may hold: half of Dask's chunk size."""
-    return parse_bytes(dask.config.get("array.chunk-size")) // 2
-
-
 def _batch_to_space_local(block, block_shape, local_crops, block_id=None):
     crops = [axis_crops[block_id[1 + i]] for i, axis_crops in enumerate(local_crops)]
     return batch_to_space_nd_kernel(block, block_shape, crops)
@@ -559,7 +552,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         _local_crops(in_chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
         for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))
     ]
-    name = f"batch_to_space_nd-{tokenize(x, block_shape, crops)}"
+    token = tokenize(x, block_shape, crops)
+    name = f"batch_to_space_nd-{token}"
     if single and in_chunks == x.chunks and all(k == (0, n) for k, n in zip(kept, x.numblocks[1 : 1 + m])):
         # Each input block is one output block: a blockwise map, which Dask fuses with the
         # read of the block and the write of the result.
@@ -573,9 +567,9 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # chunks reads each once and its P output blocks are cut from it.
     bundled = (
         source is not None and not single
-        and groups * _largest_block_bytes(x) <= _bundle_limit()
+        and groups * _largest_block_bytes(x) <= _chunks.target_bytes() // 2
     )
-    bundle_name = f"batch_to_space_nd-bundle-{tokenize(x, block_shape, crops)}"
+    bundle_name = f"batch_to_space_nd-bundle-{token}"
     bundles: dict[tuple, int] = {}
     layer = {}
     for index in np.ndindex(*map(len, out_chunks)):
