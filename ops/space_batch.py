@@ -562,11 +562,15 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
             chunks=out_chunks, dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype), name=name,
         )
     # Each output block reads a part of P source chunks (one per group), and each of those
-    # chunks feeds P output blocks. Reading the parts separately decodes (or downloads) every
-    # chunk P times; when P chunks fit in half of Dask's chunk size, one task per set of P
-    # chunks reads each once and its P output blocks are cut from it.
+    # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
+    # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
+    # once and its P output blocks are cut from it. A worker then holds up to two bundles
+    # (the next one starts while the scheduler hands out the last one's output blocks): on
+    # 384 MiB workers reading from S3, with the object store client's buffers on top, that
+    # had workers restarted (bench/RESULTS.md), so from an object store each output block
+    # downloads its parts itself (P downloads of a chunk, nothing held).
     bundled = (
-        source is not None and not single
+        source is not None and source.local and not single
         and groups * _largest_block_bytes(x) <= _chunks.target_bytes() // 2
     )
     bundle_name = f"batch_to_space_nd-bundle-{token}"
