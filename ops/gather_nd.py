@@ -35,7 +35,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _chunks, _lazy, _scratch, _validate
+from ops import _block_reads, _chunks, _lazy, _scratch, _validate
 from ops.errors import InvalidArgument
 from schemas import GatherNdParams
 
@@ -424,15 +424,32 @@ def _scratch_split(indices, params_shape, params_chunks, b, negative, offset, ru
     return np.bincount(hit, minlength=math.prod(numblocks)).astype(np.int64)
 
 
-def _scratch_plan(run, *counts):
-    """Barrier after every split: where each request and each gathered row lives, written as
-    one record per params block and one per indices block."""
+def _scratch_plan(run, group_size: int, *counts):
+    """Barrier after every split: where each request and each gathered row lives.
+
+    Params blocks are served in groups of ``group_size`` consecutive blocks, one piece file
+    per group whose rows are ordered by indices block, then params block, then request: a
+    group's requests are one range of each request file (those are ordered by params block)
+    and an output block's rows one range of each piece file, so an object store sees one GET
+    per (indices block, group) pair in each direction instead of one per block pair.
+    Written as one record per group (``plan/by-group``) and one per indices block
+    (``plan/by-indices``); returns (indices blocks, groups).
+    """
     count = np.stack(counts)  # [indices block, params block]
-    request_start = np.cumsum(count, axis=1) - count  # within an indices block's request file
-    piece_start = np.cumsum(count, axis=0) - count  # within a params block's piece file
-    run.write("plan/by-params", _as_bytes(np.stack([count.T, request_start.T, piece_start.T], axis=1)))
-    run.write("plan/by-indices", _as_bytes(np.stack([count, piece_start], axis=1)))
-    return count.shape
+    n_indices, n_params = count.shape
+    groups = -(-n_params // group_size)
+    padded = np.zeros((n_indices, groups * group_size), np.int64)
+    padded[:, :n_params] = count
+    by_group = padded.reshape(n_indices, groups, group_size)
+    group_count = by_group.sum(axis=2)  # [indices block, group]
+    request_start = np.cumsum(group_count, axis=1) - group_count  # within a request file
+    piece_start = np.cumsum(group_count, axis=0) - group_count  # within a group's piece file
+    records = np.concatenate(
+        [request_start.T[:, None, :], piece_start.T[:, None, :], by_group.transpose(1, 2, 0)], axis=1
+    )  # [group, 2 + group_size, indices block]
+    run.write("plan/by-group", _as_bytes(records))
+    run.write("plan/by-indices", _as_bytes(np.stack([group_count, piece_start], axis=1)))
+    return n_indices, groups
 
 
 def _plan_record(run, which: str, k: int, fields: int, length: int) -> np.ndarray:
@@ -441,32 +458,43 @@ def _plan_record(run, which: str, k: int, fields: int, length: int) -> np.ndarra
     return np.frombuffer(data, np.int64).reshape(fields, length)
 
 
-def _scratch_serve(block, plan_shape, run, h: int, merged: int, slice_name: str, batch_rows: int):
-    """One params block (one slice block of it) serves every request for it, in indices-block
-    order, appended to ``run/pieces/<piece>``: the block is read once, requests in batches."""
+def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
+    view = _merged_view(block, merged)
+    return view if view is not None else block.reshape(math.prod(block.shape[:merged]), *block.shape[merged:])
+
+
+def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int, slice_name: str,
+                   batch_rows: int):
+    """One group of params blocks (one slice block of each) serves every request for it, in
+    indices-block order, to ``run/pieces/<group>-<slice>``: each block is read once, the
+    request files a batch of about ``batch_rows`` rows at a time."""
     n_indices, _ = plan_shape
-    count, request_start, _ = _plan_record(run, "by-params", h, 3, n_indices)
-    rows_view = _merged_view(block, merged)
-    if rows_view is None:
-        rows_view = block.reshape(math.prod(block.shape[:merged]), *block.shape[merged:])
-    wanted = np.flatnonzero(count)
-    with run.open_write(f"pieces/{h}-{slice_name}") as out:
+    record = _plan_record(run, "by-group", g, 2 + group_size, n_indices)
+    request_start, counts = record[0], record[2 : 2 + len(blocks)]  # the last group may be short
+    views = [_rows_view(block, merged) for block in blocks]
+    total = counts.sum(axis=0)
+    wanted = np.flatnonzero(total)
+    with run.open_write(f"pieces/{g}-{slice_name}") as out:
         first = 0
         while first < len(wanted):
-            # A batch: whole requests of consecutive indices blocks, about batch_rows rows.
             last = first + 1
-            total = count[wanted[first]]
-            while last < len(wanted) and total + count[wanted[last]] <= batch_rows:
-                total += count[wanted[last]]
+            rows_in_batch = total[wanted[first]]
+            while last < len(wanted) and rows_in_batch + total[wanted[last]] <= batch_rows:
+                rows_in_batch += total[wanted[last]]
                 last += 1
-            group = wanted[first:last]
+            batch = wanted[first:last]
             data = run.read_ranges(
-                [f"requests/{i}" for i in group],
-                [int(request_start[i]) * _RECORD * 8 for i in group],
-                [int(request_start[i] + count[i]) * _RECORD * 8 for i in group],
+                [f"requests/{i}" for i in batch],
+                [int(request_start[i]) * _RECORD * 8 for i in batch],
+                [int(request_start[i] + total[i]) * _RECORD * 8 for i in batch],
             )
-            rows = np.concatenate([np.frombuffer(d, np.int64).reshape(-1, _RECORD)[:, 1] for d in data])
-            out.write(_as_bytes(np.take(rows_view, rows, axis=0)))
+            for i, requests in zip(batch, data):
+                rows = np.frombuffer(requests, np.int64).reshape(-1, _RECORD)[:, 1]
+                position = 0
+                for view, n in zip(views, counts[:, i]):
+                    if n:
+                        out.write(_as_bytes(np.take(view, rows[position : position + n], axis=0)))
+                        position += int(n)
             first = last
 
 
@@ -476,23 +504,23 @@ def _as_bytes(array: np.ndarray) -> memoryview:
 
 
 def _scratch_assemble(_served, plan_shape, run, i: int, shape, dtype, lead_ndim: int, slice_name: str, outputs: int):
-    """One output block: its requests' positions and its rows from every params block's piece
-    file. The last output block to finish removes the run's files."""
-    _, n_params = plan_shape
-    count, piece_start = _plan_record(run, "by-indices", i, 2, n_params)
+    """One output block: its requests' positions and its rows from every group's piece file.
+    The last output block to finish removes the run's files."""
+    _, groups = plan_shape
+    count, piece_start = _plan_record(run, "by-indices", i, 2, groups)
     records = np.frombuffer(run.read(f"requests/{i}"), np.int64).reshape(-1, _RECORD)
     out = np.empty(shape, dtype)
     rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
     row_bytes = math.prod(shape[lead_ndim:]) * np.dtype(dtype).itemsize
     hit = np.flatnonzero(count)
     data = run.read_ranges(
-        [f"pieces/{h}-{slice_name}" for h in hit],
-        [int(piece_start[h]) * row_bytes for h in hit],
-        [int(piece_start[h] + count[h]) * row_bytes for h in hit],
+        [f"pieces/{g}-{slice_name}" for g in hit],
+        [int(piece_start[g]) * row_bytes for g in hit],
+        [int(piece_start[g] + count[g]) * row_bytes for g in hit],
     )
-    position = 0
-    for h, piece in zip(hit, data):
-        n = int(count[h])
+    position = 0  # the request file and the pieces are both in params-block order
+    for g, piece in zip(hit, data):
+        n = int(count[g])
         values = np.frombuffer(piece, dtype).reshape(n, *shape[lead_ndim:])
         _scatter_rows(rows, records[position : position + n, 0], values)
         position += n
@@ -510,9 +538,11 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     """Lazy indices, large params: the all-to-all through a scratch store (ops/_scratch.py).
 
     split (per indices block: requests grouped by params block, to scratch) -> one barrier (the
-    counts) -> serve (per params block: gathers its rows once, to scratch) -> one barrier ->
-    assemble (per output block: reads its rows from every piece file). Tasks and edges are linear
-    in the blocks; a task holds about one params block and one output block.
+    counts) -> serve (per group of params blocks that fit in half of Dask's chunk size: gathers
+    their rows once, to scratch) -> one barrier -> assemble (per output block: reads its rows
+    from every group's piece file). Tasks and edges are linear in the blocks; a task holds about
+    one group of params blocks or one output block. Params read straight from a Zarr array are
+    read inside the serve task (no block keys held for it).
     """
     c = indices.shape[-1]
     merged = b + c
@@ -527,20 +557,28 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
     row_bytes = math.prod(params.chunksize[merged:]) * params.dtype.itemsize
     batch_rows = max(1, _chunks.target_bytes() // 8 // max(row_bytes, 1))
+    block_bytes = math.prod(params.chunksize) * params.dtype.itemsize
+    group_size = max(1, _chunks.target_bytes() // 2 // max(block_bytes, 1))
+    source = _block_reads.BlockReads.of(params)
     layer = {}
     for i, index in enumerate(lead_blocks):
         layer[(split, i)] = (
             _scratch_split, (indices.name, *index, 0), params.shape, params.chunks[:merged],
             b, negative, _block_offsets(indices.chunks, index), run, i,
         )
-    layer[(plan, 0)] = (_scratch_plan, run, *[(split, i) for i in range(len(lead_blocks))])
+    layer[(plan, 0)] = (_scratch_plan, run, group_size, *[(split, i) for i in range(len(lead_blocks))])
     slice_names = {s: ".".join(map(str, s)) or "0" for s in slice_blocks}
-    for h, block in enumerate(params_blocks):
+    groups = range(0, len(params_blocks), group_size)
+    for g, first in enumerate(groups):
         for s in slice_blocks:
-            layer[(serve, h, *s)] = (
-                _scratch_serve, (params.name, *block, *s), (plan, 0), run, h, merged, slice_names[s], batch_rows,
+            blocks = [
+                (params.name, *block, *s) if source is None else source.read((*block, *s))
+                for block in params_blocks[first : first + group_size]
+            ]
+            layer[(serve, g, *s)] = (
+                _scratch_serve, blocks, (plan, 0), run, g, group_size, merged, slice_names[s], batch_rows,
             )
-    layer[(served, 0)] = (_after_all, *[(serve, h, *s) for h in range(len(params_blocks)) for s in slice_blocks])
+    layer[(served, 0)] = (_after_all, *[(serve, g, *s) for g in range(len(groups)) for s in slice_blocks])
     outputs = len(lead_blocks) * len(slice_blocks)
     for i, index in enumerate(lead_blocks):
         shape_lead = tuple(indices.chunks[k][j] for k, j in enumerate(index))

@@ -3,6 +3,8 @@ reference; the three Dask plans against the NumPy path; index errors; sparse gra
 
 from __future__ import annotations
 
+import math
+
 import dask
 import dask.array as da
 import numpy as np
@@ -141,6 +143,10 @@ def test_dask_plans_equal_numpy(scratch_dir, case):
         assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)
     with dask.config.set({"array.chunk-size": "1B", "chunked-tensor-ops.scratch": str(scratch_dir)}):
         assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # scratch plan
+    # A budget of 4 blocks: params blocks served in groups of 2 (when params has more than one).
+    budget = 4 * max(1, math.prod(lazy_params.chunksize) * params.dtype.itemsize)
+    with dask.config.set({"array.chunk-size": f"{budget}B", "chunked-tensor-ops.scratch": str(scratch_dir)}):
+        assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)
     assert _files(scratch_dir) == []  # the last output block removed the run's files
 
 
@@ -344,6 +350,36 @@ def test_scratch_plan_reads_each_params_block_once_and_leaves_no_files(tmp_path)
     for key in _flat(y.__dask_keys__()):
         assert len(get_dependencies(graph, key)) == 2
     for _ in range(2):  # a second compute of the same graph writes and removes its files again
+        assert_same(y.compute(), values[index[:, 0]])
+        assert _files(tmp_path) == []
+
+
+@pytest.mark.parametrize("source", ["numpy", "zarr"])
+def test_scratch_plan_serves_params_blocks_in_groups(tmp_path, source):
+    # 8 KiB of params in 1 KiB blocks and a 4 KiB chunk budget: groups of 2 blocks (half the
+    # budget), 4 serve tasks; with 9 blocks the last group has one. Zarr params are read
+    # inside the serve task (no block keys), NumPy-backed ones come from their block keys.
+    import zarr
+
+    rng = np.random.default_rng(11)
+    for rows in (64, 72):
+        values = rng.random((rows, 8, 4), dtype=np.float32)
+        if source == "zarr":
+            z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(8, 8, 4), dtype=np.float32)
+            z[...] = values
+            params = da.from_zarr(z)
+        else:
+            params = da.from_array(values, chunks=(8, 8, 4))
+        index = rng.integers(-rows, rows, size=(300, 1))
+        y = _scratch_gather(params, da.from_array(index, chunks=(50, 1)), tmp_path, chunk_size="4KiB")
+        graph = dict(y.__dask_graph__())
+        serves = [k for k in graph if isinstance(k, tuple) and str(k[0]).startswith("gather_nd-serve-")]
+        assert len(serves) == -(-params.npartitions // 2)
+        if source == "numpy":
+            readers = _readers(graph, params.name)
+            assert len(readers) == params.npartitions and all(len(keys) == 1 for keys in readers.values())
+        else:
+            assert not _readers(graph, params.name)  # read inside the serve tasks
         assert_same(y.compute(), values[index[:, 0]])
         assert _files(tmp_path) == []
 
