@@ -17,9 +17,10 @@ Plans, by what is lazy:
     it once to each worker);
   * larger Dask params with a scratch store set (``ops.scratch``; ``_build_scratch``): the
     exchange goes through files. Each indices block writes its requests grouped by params
-    block, each params block is read once and serves all its requests to one file, and each
-    output block reads its rows back; two barrier tasks separate the stages, so tasks and
-    graph edges are linear in the blocks and a task holds about one block;
+    block, each group of params blocks (half of the chunk size) is read once and serves all
+    its requests to one file, and each output block reads its rows back, one range per group;
+    two barrier tasks separate the stages, so tasks and graph edges are linear in the blocks
+    and a task holds about one group of blocks or one output block;
   * larger Dask params without one (``_build_shuffle``): the same exchange inside the graph,
     a request and a piece task per (indices block, params block) pair, all pieces in worker
     memory at once.
