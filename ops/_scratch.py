@@ -35,6 +35,8 @@ from fsspec.implementations.local import LocalFileSystem
 from ops.errors import InvalidArgument
 
 CONFIG_KEY = "chunked-tensor-ops.scratch"
+#: The part size of uploads to an object store (S3's minimum; a multiple of GCS's 256 KiB).
+UPLOAD_PART_BYTES = 5 * 2**20
 
 
 class Scratch:
@@ -82,7 +84,9 @@ class Scratch:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(partial)
         else:  # an object store publishes an object when its upload completes
-            with fs.open(path, "wb") as f:
+            # Upload in parts of S3's smallest part size: s3fs would otherwise buffer 50 MiB
+            # of a large file in the writing task's memory before its first upload.
+            with fs.open(path, "wb", block_size=UPLOAD_PART_BYTES) as f:
                 yield f
 
     def write(self, name: str, data) -> None:

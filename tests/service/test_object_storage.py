@@ -354,6 +354,24 @@ def test_a_large_gather_goes_through_scratch_objects_in_the_bucket(client, bucke
     assert _scratch_objects(bucket) == []
 
 
+def test_scratch_files_upload_in_small_parts(endpoint, bucket):
+    """A serve task writes one file per group of params blocks (tens of MiB): it goes up in
+    5 MiB parts as it is written, not buffered whole in the task's memory first."""
+    from ops._scratch import UPLOAD_PART_BYTES, Scratch
+
+    options = {"key": KEY, "secret": SECRET, "client_kwargs": {"endpoint_url": endpoint}}
+    run = Scratch(f"s3://{BUCKET}/{PREFIX}/scratch/parts-test", options)
+    piece = bytes(range(256)) * (2**20 // 256)  # 1 MiB
+    with run.open_write("pieces/0-0") as f:
+        for _ in range(12):
+            f.write(piece)
+            assert f.buffer.tell() < UPLOAD_PART_BYTES + len(piece)  # never more than a part
+        assert len(f.parts) == 2  # 10 of the 12 MiB are uploaded already
+    assert run.read("pieces/0-0") == piece * 12
+    run.remove()
+    assert _scratch_objects(bucket) == []
+
+
 def test_the_start_up_sweep_removes_scratch_left_by_a_stopped_service(client, bucket):
     bucket.pipe(f"{BUCKET}/{PREFIX}/scratch/job-x-1/gather_nd-abc/requests/0", b"left")
     store_of(client).sweep()
