@@ -446,8 +446,8 @@ def _scratch_plan(run, group_size: int, *counts):
     request_start = np.cumsum(group_count, axis=1) - group_count  # within a request file
     piece_start = np.cumsum(group_count, axis=0) - group_count  # within a group's piece file
     records = np.concatenate(
-        [request_start.T[:, None, :], piece_start.T[:, None, :], by_group.transpose(1, 2, 0)], axis=1
-    )  # [group, 2 + group_size, indices block]
+        [request_start.T[:, None, :], by_group.transpose(1, 2, 0)], axis=1
+    )  # [group, 1 + group_size, indices block]: where its requests start, how many per block
     run.write("plan/by-group", _as_bytes(records))
     run.write("plan/by-indices", _as_bytes(np.stack([group_count, piece_start], axis=1)))
     return n_indices, groups
@@ -470,8 +470,8 @@ def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int
     indices-block order, to ``run/pieces/<group>-<slice>``: each block is read once, the
     request files a batch of about ``batch_rows`` rows at a time."""
     n_indices, _ = plan_shape
-    record = _plan_record(run, "by-group", g, 2 + group_size, n_indices)
-    request_start, counts = record[0], record[2 : 2 + len(blocks)]  # the last group may be short
+    record = _plan_record(run, "by-group", g, 1 + group_size, n_indices)
+    request_start, counts = record[0], record[1 : 1 + len(blocks)]  # the last group may be short
     views = [_rows_view(block, merged) for block in blocks]
     total = counts.sum(axis=0)
     wanted = np.flatnonzero(total)
