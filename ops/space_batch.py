@@ -217,7 +217,7 @@ def _validate_batch_to_space_nd(x, block_shape, crops):
 # Chunk plans (pure functions)
 
 
-def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int) -> list[int]:
+def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int, merge: int = 1) -> list[int]:
     """Output chunk boundaries on one spatial axis of SpaceToBatchND: regular chunks of
     max(input chunk) // b batch-side rows (Zarr stores need regular chunks; anything else
     makes ``to_zarr`` rechunk the whole output), or one chunk for an axis in one chunk.
@@ -228,16 +228,17 @@ def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int) -> list
     padding puts the window, and nothing for a chunk of padding only.
     """
     total = (sum(chunks) + before + after) // b
-    size = _output_chunk(chunks, b, total)
+    size = _output_chunk(chunks, b, total, merge)
     return [*range(0, total, size), total]
 
 
-def _output_chunk(chunks, b: int, total: int) -> int:
-    """The regular output chunk of one spatial axis, in batch-side rows: an axis in one input
-    chunk stays one chunk (its padding too: no sliver of a chunk for the last rows)."""
+def _output_chunk(chunks, b: int, total: int, merge: int = 1) -> int:
+    """The regular output chunk of one spatial axis, in batch-side rows: the rows of ``merge``
+    input chunks; an axis in one input chunk stays one chunk (its padding too: no sliver of a
+    chunk for the last rows)."""
     if len(chunks) == 1 or not sum(chunks):
         return max(total, 1)
-    return max(1, max(chunks) // b)
+    return max(1, merge * max(chunks) // b)
 
 
 def _axis_reads(chunks, b: int, before: int, cuts):
@@ -260,12 +261,13 @@ def _axis_reads(chunks, b: int, before: int, cuts):
     return reads
 
 
-def space_to_batch_nd_chunks(chunks, block_shape, paddings):
+def space_to_batch_nd_chunks(chunks, block_shape, paddings, merge: int = 1):
     """Plan: (output chunks, reads): ``reads[i][k]`` lists the input pieces of output chunk k
     of spatial axis i (see ``_axis_reads``); an empty list is a block of padding only, a
     zero block that reads nothing.
 
-    The input keeps its chunks; the output's spatial chunks are regular (``_axis_cuts``).
+    The input keeps its chunks; the output's spatial chunks are regular (``_axis_cuts``), on
+    the first spatial axis the rows of ``merge`` input chunks.
     The batch axis: one chunk of P*B when the input's batch axis is one chunk (one output
     block per input block, all P offsets in it), else the input's batch chunks repeated for
     each of the P groups.
@@ -280,12 +282,12 @@ def space_to_batch_nd_chunks(chunks, block_shape, paddings):
     )
     for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
         total = (sum(chunks[1 + i]) + before + after) // b
-        blocks *= max(1, -(-total // _output_chunk(chunks[1 + i], b, total)))
+        blocks *= max(1, -(-total // _output_chunk(chunks[1 + i], b, total, merge if i == 0 else 1)))
     _chunks.check_block_count("space_to_batch_nd", blocks)
     out, reads = list(chunks), []
     out[0] = (sum(chunks[0]) * groups,) if len(chunks[0]) == 1 else chunks[0] * groups
     for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
-        cuts = _axis_cuts(chunks[1 + i], b, before, after)
+        cuts = _axis_cuts(chunks[1 + i], b, before, after, merge if i == 0 else 1)
         out[1 + i] = tuple(t1 - t0 for t0, t1 in zip(cuts, cuts[1:])) or (0,)
         reads.append(tuple(_axis_reads(chunks[1 + i], b, before, cuts)) or ((),))
     return tuple(out), tuple(reads)
@@ -416,6 +418,23 @@ def _build_space_to_batch_blockwise(x: da.Array, block_shape, out_chunks, reads)
     return y
 
 
+def _merge(x: da.Array, groups: int) -> int:
+    """Input chunks per SpaceToBatchND output block on the first spatial axis: as many as fit
+    in a quarter of Dask's chunk size, at most P (an output block then has an input block's
+    size)."""
+    block_bytes = max(1, _largest_block_bytes(x))
+    return max(1, min(groups, _chunks.target_bytes() // 4 // block_bytes))
+
+
+def _each_chunk_read_once(reads) -> bool:
+    """Whether no input chunk is read by two output windows on any spatial axis."""
+    for axis_reads in reads:
+        chunks = [k for window in axis_reads for k, *_ in window]
+        if len(chunks) != len(set(chunks)):
+            return False
+    return True
+
+
 def _graph(name: str, layer: dict, x: da.Array, reads) -> HighLevelGraph:
     """The graph of ``layer`` on top of x's; with region reads, on top of x's sources only
     (x's own block tasks are not used, and would only be culled)."""
@@ -445,6 +464,16 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # local disk: 19 s against 16-17 s) than keeping each block until its two readers ran.
     reads_per_block = math.prod(max(map(len, axis)) for axis in reads)
     source = _block_reads.BlockReads.of(x) if reads_per_block == 1 else None
+    # A 16 MiB input chunk makes P output blocks of a quarter of its size each: output blocks
+    # that span ``merge`` input chunks on the first spatial axis (one task reads them, each
+    # once) halve the store tasks and their fixed costs (3 GiB on local disk: 15 s -> 13 s).
+    # Only without halos, so that no chunk is read by two tasks; and the task holds merge
+    # input blocks and as much output, kept within a quarter of Dask's chunk size.
+    merge = _merge(x, groups) if source is not None and x.numblocks[0] > 1 else 1
+    if merge > 1:
+        merged_chunks, merged_reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, merge)
+        if _each_chunk_read_once(merged_reads):
+            out_chunks, reads = merged_chunks, merged_reads
     # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
     # Several: one task per input batch chunk computes all P groups in one pass, and output
     # block (g, k) is group g's rows of it (a view, no copy).

@@ -13,7 +13,7 @@ import ops
 from ops import _chunks
 from ops.depth_space import depth_to_space_chunks, space_to_depth_chunks
 from ops.space_batch import batch_to_space_nd_chunks, space_to_batch_nd_chunks
-from tests.helpers import assert_same
+from tests.helpers import assert_same, compute
 
 # --- pure plan functions --------------------------------------------------------------------
 
@@ -409,14 +409,25 @@ def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():
 
 def test_space_to_batch_from_zarr_reads_each_block_once():
     # Batch axis chunked (the benchmark's layout), no halo: one task per input block reads it
-    # from the source and rearranges all 4 groups; the output blocks are views of it.
+    # from the source and rearranges all 4 groups; the output blocks are views of it. Blocks
+    # of 256 bytes and a 1 KiB chunk size: a quarter of it holds one block.
     x = _zarr_zeros((4, 16, 8, 2), (1, 4, 8, 2))
-    y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])
     reads = _layer_reads(y, "-all-")
     assert len(reads) == x.npartitions and all(len(r) == 1 for r in reads.values())
     graph = dict(y.__dask_graph__())
     assert not [k for k in graph if "edge" in str(k[0] if isinstance(k, tuple) else k)]
     assert len(graph) == len(reads) + y.npartitions + 1
+    # With room for two blocks (2 KiB), a task reads two consecutive blocks of H, each once,
+    # and its output blocks span both: half as many output blocks, twice their size.
+    with dask.config.set({"array.chunk-size": "2KiB"}):
+        merged = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])
+    reads = _layer_reads(merged, "-all-")
+    assert len(reads) == x.npartitions // 2 and all(len(r) == 2 for r in reads.values())
+    assert sorted(r[2][1].start for rs in reads.values() for r in rs) == sorted([0, 4, 8, 12] * 4)
+    assert merged.chunks[1] == (4, 4) and merged.npartitions == y.npartitions // 2
+    assert_same(compute(merged), compute(y))
     # A halo (padding 1): each block is read once by its own task and kept for its two
     # readers, the window of its rows and a one-row edge task for the next window; no
     # block is decoded twice.
@@ -454,5 +465,6 @@ def test_object_store_sources():
     assert_same(y.compute(), ops.batch_to_space_nd(values, [2, 2], [[0, 0], [0, 0]]))
     y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
     assert not any(_layer_reads(y, "-all-").values())  # pieces from block keys, halos via edge tasks
-    y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])  # one read per block: still from the store
-    assert all(len(r) == 1 for r in _layer_reads(y, "-all-").values())
+    y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])  # each chunk read once, from the store
+    regions = [tuple((s.start, s.stop) for s in r[2]) for rs in _layer_reads(y, "-all-").values() for r in rs]
+    assert len(regions) == len(set(regions)) == x.npartitions

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -225,3 +226,21 @@ def test_batch_to_space_nd_zarr_input_equals_numpy(case):
     expected = ops.batch_to_space_nd(x, block, crops)
     lazy = ops.batch_to_space_nd(_zarr_input(x, tuple(max(c) for c in chunks)), block, crops)
     assert_same(compute(lazy), expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
+    # Batch chunked, no halo (chunks and paddings multiples of the block): output blocks span
+    # 1..4 input chunks of the first spatial axis, as Dask's chunk size allows.
+    block = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
+    rows = [data.draw(st.integers(1, 3)) * b for b in block]  # rows per chunk
+    spatial = [r * data.draw(st.integers(1, 5)) for r in rows]
+    pads = [[b * data.draw(st.integers(0, 1)), b * data.draw(st.integers(0, 1))] for b in block]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x = random_array(rng, (data.draw(st.integers(2, 3)), *spatial, 2), np.float32)
+    chunks = (1, *rows, 2)
+    windows = data.draw(st.integers(1, 4))
+    with dask.config.set({"array.chunk-size": f"{4 * windows * math.prod(chunks) * 4}B"}):
+        lazy = ops.space_to_batch_nd(_zarr_input(x, chunks), block, pads)
+    assert_same(compute(lazy), ops.space_to_batch_nd(x, block, pads))
