@@ -94,7 +94,8 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     if not use_compiled_kernels() or any(
         s <= 0 for n, s in zip(src.shape + dst.shape, src.strides + dst.strides) if n > 1
     ):
-        # Broadcast (0) or reversed (<0) strides are rare here; NumPy handles them correctly.
+        # NumPy where the compiled loop is not wanted (ops/_compiled.py), and for broadcast (0)
+        # or reversed (<0) strides, which are rare here and which NumPy handles correctly.
         _numpy_copy(dst, src)
         return
     # Describe both sides in bytes, the element's own bytes as the innermost axis.
