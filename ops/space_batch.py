@@ -11,10 +11,11 @@ are never read.
 
 Chunk plans (DESIGN.md):
 - SpaceToBatchND: the input keeps its chunks; no rechunk, however the padding falls. The
-  output's spatial chunks are regular (max input chunk // b rows: a Zarr store needs regular
-  chunks), so an output block reads the input rows under its window: its own input block and
-  fewer than b boundary rows of a neighbour (a halo, sliced off in a small task of its own so
-  the neighbour block never travels). A batch axis in one chunk (one image, the common case)
+  output's spatial chunks are regular (max input chunk // b rows, times the merged blocks
+  below on the first axis: a Zarr store needs regular chunks), so an output block reads the
+  input rows under its window: its input block(s) and fewer than b boundary rows of a
+  neighbour (a halo, sliced off in a small task of its own so the neighbour block never
+  travels). A batch axis in one chunk (one image, the common case)
   gives one output block per input block holding all P block offsets; several batch chunks
   give P output blocks per input block (one per group, views of one task's result). Blocks
   of padding only are zeros that read no input. When every output block is one whole input
@@ -23,18 +24,18 @@ Chunk plans (DESIGN.md):
   of its rows) is one output block, in one pass. Otherwise batch chunks are aligned to the
   group size B so no chunk straddles two groups, the first spatial axis is split P ways (so
   an output block is the size of an input block, not P times it) and each output block
-  interleaves the same block from each of the P groups. Crops only trim edge blocks; input blocks that are
-  cropped away entirely are not read.
+  interleaves the same block from each of the P groups. Crops only trim edge blocks; input
+  blocks that are cropped away entirely are not read.
 - Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zarr array):
-  the tasks above read the regions they need from the source themselves (``_block_reads``)
-  instead of depending on the input's block tasks, so no input block (nor a P-way split of
-  it) is held in worker memory for several readers, spilled or sent between workers: a
-  BatchToSpaceND output block is one task that reads a 1/P region of one block of each
-  group; a SpaceToBatchND window is one task that reads its block (and the boundary rows of
-  one neighbour). The price is a Zarr chunk decoded once per region read (P times per block
-  for BatchToSpaceND), measured no slower than holding the blocks on local disk
-  (bench/out_of_core.py) and far lighter on worker memory; reads that repeat a chunk are
-  only planned for sources in memory or on local disk, not from object stores.
+  the tasks read what they need from the source themselves (``_block_reads``) instead of
+  depending on the input's block tasks, and each chunk is read once where memory allows. A
+  SpaceToBatchND task reads its window's blocks (without a halo, as many blocks of the first
+  spatial axis as fit in a quarter of ``array.chunk-size``, so output blocks are not 1/P of
+  an input block); with a halo the block keys and edge tasks are used, so that no chunk is
+  decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks (a
+  bundle, from local sources while P chunks fit in half of ``array.chunk-size``); otherwise
+  each output block reads its 1/P of one chunk of each group (P decodes or downloads of a
+  chunk, nothing held).
 """
 
 from __future__ import annotations
