@@ -4,12 +4,14 @@ The steps, each failing with its own exit code before the next starts:
 
 1. parameters (``--param NAME=VALUE``, JSON) checked against the operator's ``schemas`` model
    (exit 2, the operator's own message);
-2. inputs opened lazily (a bare Zarr array or a variable of a group; exit 3 if unreadable)
-   and the result's graph built through ``ops.registry.apply``, as the service builds it (the
-   operator's rules on shapes and dtypes: exit 2); the output path checked (exit 3 if taken);
+2. inputs opened lazily (a bare Zarr array or a variable of a group, a local path or an
+   fsspec URL such as ``s3://bucket/in.zarr``; exit 3 if unreadable) and the result's graph
+   built through ``ops.registry.apply``, as the service builds it (the operator's rules on
+   shapes and dtypes: exit 2); the output checked (exit 3 if taken);
 3. the cluster: an embedded ``LocalCluster`` or ``--scheduler`` (exit 4 if unreachable);
-4. the result written with ``to_zarr`` into a temporary sibling of the output, then renamed
-   into place; a failed computation (exit 1) leaves no output.
+4. the result written with ``to_zarr`` by the workers and published whole
+   (``service.run_storage``: a renamed sibling directory, or an object store prefix whose root
+   metadata is stored last); a failed computation (exit 1) leaves no output.
 
 ``--dry-run`` stops after step 2 and prints the plan instead.
 """
@@ -18,8 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import sys
 import time
 import uuid
@@ -33,6 +33,8 @@ import xarray as xr
 import ops
 from ops import _validate, dtypes, registry
 from ops.errors import InvalidArgument
+from service import run_storage
+from service.run_storage import LocalOutput, ObjectOutput
 
 # Exit codes (documented in docs/cli.md and the --help epilog).
 OK, FAILED, USAGE, INPUT, CLUSTER = 0, 1, 2, 3, 4
@@ -145,13 +147,26 @@ class Input:
     array: xr.DataArray
 
 
-def _zarr_node(path: str):
+def _zarr_source(path: str, settings):
+    """What Zarr and xarray read for ``path``: the path, or a read-only store on a URL."""
+    if not run_storage.is_url(path):
+        if not Path(path).exists():
+            raise RunError(INPUT, f"input {path}: no such file or directory")
+        return path
+    try:
+        found = run_storage.url_exists(path, settings)
+    except Exception as error:  # an unreachable endpoint, refused credentials, a missing bucket
+        raise RunError(INPUT, f"input {path} cannot be read: {type(error).__name__}: {error}") from None
+    if not found:
+        raise RunError(INPUT, f"input {path}: nothing is stored there")
+    return run_storage.read_store(path, settings)
+
+
+def _zarr_node(path: str, source):
     import zarr
 
-    if not Path(path).exists():
-        raise RunError(INPUT, f"input {path}: no such file or directory")
     try:
-        return zarr.open(path, mode="r")
+        return zarr.open(source, mode="r")
     except Exception as error:  # not Zarr, a v2/v3 metadata error, permissions...
         raise RunError(INPUT, f"input {path} is not a readable Zarr array or group: "
                               f"{type(error).__name__}: {error}") from None
@@ -172,7 +187,7 @@ def _bare_array(node, chunks_text: str | None) -> xr.DataArray:
     return xr.DataArray(lazy, dims=dims, attrs=attrs)
 
 
-def _open_dataset(path: str, chunks) -> xr.Dataset:
+def _open_dataset(path, chunks) -> xr.Dataset:
     """The group as xarray reads it, values as stored (no masking, scaling or time decoding)."""
     with warnings.catch_warnings():  # a group without consolidated metadata is read all the same
         warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated metadata")
@@ -180,10 +195,11 @@ def _open_dataset(path: str, chunks) -> xr.Dataset:
                             decode_timedelta=False)
 
 
-def _group_variable(path: str, node, variable: str | None, chunks_text: str | None) -> tuple[str, xr.DataArray]:
+def _group_variable(path: str, source, node, variable: str | None,
+                    chunks_text: str | None) -> tuple[str, xr.DataArray]:
     """A variable of a group, opened with xarray (coordinates kept) when xarray can read it."""
     try:
-        ds = _open_dataset(path, chunks={})
+        ds = _open_dataset(source, chunks={})
     except Exception:  # e.g. Zarr v2 arrays without _ARRAY_DIMENSIONS: read them as bare arrays
         ds = None
     candidates = list(ds.data_vars) if ds is not None else [k for k, _ in node.arrays()]
@@ -200,25 +216,27 @@ def _group_variable(path: str, node, variable: str | None, chunks_text: str | No
     arr = ds[variable]
     chunks = parse_chunks(chunks_text, tuple(map(str, arr.dims)))
     if chunks:
-        arr = _open_dataset(path, chunks=chunks)[variable]
+        arr = _open_dataset(source, chunks=chunks)[variable]
     arr.attrs.pop("_FillValue", None)
     arr.attrs = {**ds.attrs, **arr.attrs}
     return variable, arr
 
 
-def open_input(role: str, path: str, variable: str | None, chunks_text: str | None) -> Input:
-    """Open ``path`` lazily: a bare Zarr array, or one variable of a group."""
+def open_input(role: str, path: str, variable: str | None, chunks_text: str | None, settings) -> Input:
+    """Open ``path`` (a local path or an fsspec URL) lazily: a bare Zarr array, or one
+    variable of a group."""
     import zarr
 
     from service.storage import from_stored  # bfloat16/complex32 stored as raw bits + ops_dtype
 
-    node = _zarr_node(path)
+    source = _zarr_source(path, settings)
+    node = _zarr_node(path, source)
     if isinstance(node, zarr.Array):
         if variable is not None:
             raise usage(f"--variable {variable}: input {path} is a bare Zarr array, not a group")
         arr = _bare_array(node, chunks_text)
     else:
-        variable, arr = _group_variable(path, node, variable, chunks_text)
+        variable, arr = _group_variable(path, source, node, variable, chunks_text)
     arr.encoding = {}
     return Input(role, path, variable, from_stored(arr))
 
@@ -244,10 +262,10 @@ class Plan:
     kwargs: dict
     inputs: list[Input]
     result: xr.DataArray          # rechunked to the output's Zarr chunks
-    output: Path
+    output: LocalOutput | ObjectOutput
     variable: str
     dims: dict | None = None      # roles -> dim names (--param dims=...)
-    scratch: Path | None = None   # GatherNd's intermediate files (ops.scratch), beside the output
+    scratch: str | None = None    # GatherNd's intermediate files (ops.scratch), beside the output
 
     def store_graph(self, target):
         """The Dask graph (a Delayed) that writes the data to ``target``; metadata written now."""
@@ -293,9 +311,6 @@ def check_arguments(op: registry.Operator, input_items: list[str], param_items: 
     stray = [k for k in variables if k not in paths]
     if stray:
         raise usage(f"--variable {stray[0]}=...: there is no --input {stray[0]}")
-    urls = [p for p in paths.values() if "://" in p]
-    if urls:
-        raise usage(f"--input must be a local path (object storage is not supported by run), got {urls[0]!r}")
     try:
         _validate.params(op.params, **params)  # the operator's own message
     except InvalidArgument as error:
@@ -303,39 +318,50 @@ def check_arguments(op: registry.Operator, input_items: list[str], param_items: 
     return params, paths, variables, literal_arrays, dims
 
 
-def check_output(output: str, paths: dict[str, str], *, overwrite: bool, dry_run: bool) -> Path:
-    """The output's absolute path: a local path, not an input, free (or ``overwrite``)."""
-    if "://" in output:
-        raise usage(f"--output must be a local path (object storage is not supported by run), got {output!r}")
-    target = Path(output).absolute()
-    for role, path in paths.items():
-        if Path(path).resolve() == target.resolve():
-            raise usage(f"--output {output} is the input {role}; write the result elsewhere")
-    if (target.exists() or target.is_symlink()) and not overwrite and not dry_run:
-        raise RunError(INPUT, f"output {output} exists; pass --overwrite to replace it")
-    if not target.parent.is_dir():
-        raise RunError(INPUT, f"output {output}: the directory {target.parent} does not exist")
+def check_output(output: str, paths: dict[str, str], settings, *, overwrite: bool,
+                 dry_run: bool) -> LocalOutput | ObjectOutput:
+    """The output (a local path or an fsspec URL): not an input, free (or ``overwrite``), in a
+    directory or bucket that exists."""
+    try:
+        target = run_storage.output_for(output, settings)
+        for role, path in paths.items():
+            if target.is_input(path, settings):
+                raise usage(f"--output {output} is the input {role}; write the result elsewhere")
+        missing = target.parent_missing()
+        if missing:
+            raise RunError(INPUT, f"output {output}: {missing}")
+        if not overwrite and not dry_run and target.exists():
+            raise RunError(INPUT, f"output {output} exists; pass --overwrite to replace it")
+    except RunError:
+        raise
+    except Exception as error:  # an unreachable endpoint, refused credentials
+        raise RunError(INPUT, f"output {output} cannot be written: {type(error).__name__}: {error}") from None
     return target
 
 
 def build(op_name: str, input_items: list[str], output: str, *, param_items: list[str],
           variable_items: list[str], chunks: str | None, overwrite: bool, output_variable: str | None,
-          dry_run: bool) -> Plan:
-    """Check everything, open the inputs and build the lazy result; nothing is computed."""
+          dry_run: bool, settings=None) -> Plan:
+    """Check everything, open the inputs and build the lazy result; nothing is computed.
+    ``settings`` (``service.settings.Settings``, default from the environment) give the
+    storage options of URLs."""
+    from service.settings import Settings
+
+    settings = settings or Settings()
     try:
         op = registry.get(op_name)
     except InvalidArgument as error:
         raise usage(str(error)) from None
     params, paths, variables, literal_arrays, dims = check_arguments(op, input_items, param_items, variable_items)
-    target = check_output(output, paths, overwrite=overwrite, dry_run=dry_run)
-    opened = [open_input(role, path, variables.get(role), chunks if role == op.array_inputs[0] else None)
-              for role, path in paths.items()]
+    target = check_output(output, paths, settings, overwrite=overwrite, dry_run=dry_run)
+    opened = [open_input(role, path, variables.get(role), chunks if role == op.array_inputs[0] else None,
+                         settings) for role, path in paths.items()]
     arrays = {i.role: i.array for i in opened}
     arrays.update({k: scalar_or_array(k, v, op) for k, v in literal_arrays.items()})
     # Beside the output, where the workers write anyway; created only if a plan writes there.
-    scratch = target.with_name(f".{target.name}.scratch-{uuid.uuid4().hex[:8]}")
+    scratch, scratch_options = target.scratch()
     try:
-        with ops.scratch(scratch):
+        with ops.scratch(scratch, scratch_options):
             result = registry.apply(op.name, arrays, params, dims)  # the graph, as the service builds it
     except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
         raise usage(str(error)) from None
@@ -486,49 +512,32 @@ def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     return future.result()
 
 
-def publish(built: Path, target: Path, overwrite: bool) -> None:
-    """Move the finished group into place. A new name appears whole (one rename that fails if
-    the name was taken meanwhile); an existing output is moved aside first and removed after."""
-    if target.exists() or target.is_symlink():
-        if not overwrite:
-            raise RunError(INPUT, f"output {target} exists; pass --overwrite to replace it")
-        aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-        os.rename(target, aside)
-        os.rename(built, target)
-        if aside.is_dir() and not aside.is_symlink():
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            aside.unlink(missing_ok=True)
-        return
-    try:
-        os.rename(built, target)
-    except OSError as error:  # a directory appeared there meanwhile (ENOTEMPTY/EEXIST)
-        raise RunError(INPUT, f"output {target} appeared while computing: {error}") from None
-
-
 def execute(plan: Plan, settings, *, overwrite: bool, show_progress: bool, dashboard: bool = False) -> dict:
     """Compute the plan on the cluster and publish the output. Returns a summary."""
     from distributed.comm.core import CommClosedError
 
     cluster = connect(settings, dashboard=dashboard)
-    built = plan.output.with_name(f".{plan.output.name}.tmp-{uuid.uuid4().hex[:8]}")
     started = time.monotonic()
     future = None
     bar = ProgressBar(enabled=show_progress)
+    published = False
     try:
         client = cluster.live_client()
         if dashboard and client.dashboard_link:
             print(f"dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
-        graph = plan.store_graph(str(built))
+        graph = plan.store_graph(plan.output.target())
         future = client.compute(graph)
         try:
             _wait(client, future, bar, cluster.patience, settings.scheduler_timeout)
         finally:
             bar.close()
-        publish(built, plan.output, overwrite)
+        plan.output.publish(overwrite)
+        published = True
+    except FileExistsError as error:  # the output appeared while computing
+        raise RunError(INPUT, str(error)) from None
     except (CommClosedError, TimeoutError) as error:
         raise RunError(CLUSTER, f"lost the Dask cluster: {type(error).__name__}: {error}") from None
-    except OSError as error:  # writing the output's metadata or renaming it into place
+    except OSError as error:  # writing the output's metadata or publishing it
         raise RunError(FAILED, f"{type(error).__name__}: {error}") from None
     finally:
         if future is not None and not future.done():
@@ -536,24 +545,31 @@ def execute(plan: Plan, settings, *, overwrite: bool, show_progress: bool, dashb
                 future.cancel(force=True)
             except Exception:
                 pass
-        cluster.close()  # an embedded cluster's workers stop here: none writes into built after
-        leftovers = [p for p in (built, plan.scratch) if p is not None and p.exists()]
-        for path in leftovers:
-            shutil.rmtree(path, ignore_errors=True)
-        if leftovers and not cluster.embedded:  # a task already on an external worker may still write
-            time.sleep(1.0)
-            for path in leftovers:
-                shutil.rmtree(path, ignore_errors=True)
+        cluster.close()  # an embedded cluster's workers stop here: none writes after
+        _clean_up(plan, cluster.embedded, published)
     seconds = time.monotonic() - started
     return {"output": str(plan.output), "seconds": seconds,
             "bytes": _nbytes(plan.result.shape, plan.result.dtype)}
+
+
+def _clean_up(plan: Plan, embedded: bool, published: bool) -> None:
+    """Remove the scratch and an unpublished output."""
+    def remove() -> bool:
+        left = not published and plan.output.discard()
+        if plan.scratch is not None:
+            left = plan.output.remove_scratch(plan.scratch) or left
+        return left
+
+    if remove() and not embedded:  # a task already on an external worker may still write
+        time.sleep(1.0)
+        remove()
 
 
 def run(args, settings) -> int:
     """The ``run`` subcommand: build the plan, then print it (``--dry-run``) or execute it."""
     plan = build(args.op, args.input, args.output, param_items=args.param, variable_items=args.variable,
                  chunks=args.chunks, overwrite=args.overwrite, output_variable=args.output_variable,
-                 dry_run=args.dry_run)
+                 dry_run=args.dry_run, settings=settings)
     if args.dry_run:
         print("\n".join(describe_plan(plan)))
         return OK

@@ -63,12 +63,15 @@ parameters:
                        or as a JSON value: --param deq_scale=0.5, --param indices=[[0,1],[2,3]]
   --variable NAME      the variable of a group input (--variable ROLE=NAME for another input)
   dims                 --param 'dims={"H":"row","W":"col"}' names the roles' dims (as the service)
+  s3:// URLs           endpoint and keys from CHUNKED_TENSOR_OPS_S3_ENDPOINT_URL, _S3_KEY, _S3_SECRET
+                       (or s3fs's own lookup: AWS_* variables, a profile, a role)
 
 exit codes:
   0  done (or --dry-run printed the plan)
   1  the computation failed on the cluster
   2  usage or a bad parameter (the operator's own message), before any work is scheduled
-  3  an input not found or not readable as Zarr, or the output exists (see --overwrite)
+  3  an input not found or not readable as Zarr, the output exists (see --overwrite),
+     or the object store cannot be reached
   4  the Dask cluster is unreachable (or was lost while computing)
   130  interrupted (Ctrl-C or SIGTERM); the temporary output is removed
 Errors are one line on stderr; --verbose adds the traceback. See docs/cli.md.
@@ -80,8 +83,9 @@ def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("op", metavar="OP", help="the operator: depth_to_space, space_to_depth, space_to_batch, "
                                  "space_to_batch_nd, batch_to_space_nd, gather_nd, ascend_dequant")
     add("--input", action="append", default=[], metavar="[ROLE=]PATH",
-        help="a Zarr array or group (v3, or v2); repeat with ROLE= for several array inputs")
-    add("--output", required=True, metavar="PATH", help="the Zarr group to write (local path)")
+        help="a Zarr array or group (v3, or v2), a path or a URL (s3://BUCKET/PREFIX); repeat with "
+             "ROLE= for several array inputs")
+    add("--output", required=True, metavar="PATH", help="the Zarr group to write: a path or a URL (s3://BUCKET/PREFIX)")
     add("--variable", action="append", default=[], metavar="[ROLE=]NAME",
         help="which variable of a group input to read (needed when it has several)")
     add("--output-variable", metavar="NAME",
@@ -91,7 +95,7 @@ def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                          "y=64,x=64 or auto (default: its stored chunks)")
     add("--overwrite", action="store_true", help="replace an existing output")
     add("--dry-run", action="store_true", help="print the plan (chunks, tasks, bytes) and exit")
-    add("--scheduler", metavar="tcp://HOST:PORT", help="an existing Dask scheduler (its workers must see the "
+    add("--scheduler", metavar="tcp://HOST:PORT", help="an existing Dask scheduler (its workers must see local "
                                                        "input and output paths); default: an embedded LocalCluster")
     add("--scheduler-timeout", type=float, metavar="SECONDS",
         help="how long to wait for the scheduler (default 5)")
