@@ -464,17 +464,19 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # decoded whole, and decoding every chunk a second time for one row cost more (3 GiB on
     # local disk: 19 s against 16-17 s) than keeping each block until its two readers ran.
     reads_per_block = math.prod(max(map(len, axis)) for axis in reads)
-    source = _block_reads.BlockReads.of(x) if reads_per_block == 1 else None
+    stored = _block_reads.BlockReads.of(x)
+    source = stored if reads_per_block == 1 else None
     # With the batch axis chunked an input chunk makes P output blocks of 1/P of its size:
-    # output blocks that span ``merge`` input chunks on the first spatial axis (one task reads
-    # them, each once) cut the store tasks and their fixed costs by ``merge`` (3 GiB, 16 MiB
-    # chunks, P = 4, merge = 2, local disk: 15-16 s -> 13 s).
-    # Only without halos, so that no chunk is read by two tasks; and the task holds merge
-    # input blocks and as much output, kept within a quarter of Dask's chunk size.
-    merge = _merge(x, groups) if source is not None and x.numblocks[0] > 1 else 1
+    # for an input read from a store, output blocks that span ``merge`` input chunks on the
+    # first spatial axis cut the store tasks and their fixed costs by ``merge`` (3 GiB, 16 MiB
+    # chunks, P = 4, merge = 2, local disk: 15-16 s -> 13 s; with a halo 17-19 s -> 15-16 s).
+    # The task holds merge input blocks and as much output, kept within a quarter of Dask's
+    # chunk size. Region reads need windows that read no chunk twice; from block keys each
+    # chunk is read once anyway (the halo rows go through edge tasks).
+    merge = _merge(x, groups) if stored is not None and x.numblocks[0] > 1 else 1
     if merge > 1:
         merged_chunks, merged_reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, merge)
-        if _each_chunk_read_once(merged_reads):
+        if source is None or _each_chunk_read_once(merged_reads):
             out_chunks, reads = merged_chunks, merged_reads
     # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
     # Several: one task per input batch chunk computes all P groups in one pass, and output

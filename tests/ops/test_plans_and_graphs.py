@@ -7,6 +7,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+import zarr
 from dask.core import get_dependencies
 
 import ops
@@ -326,7 +327,6 @@ def test_building_is_lazy_and_quick_on_huge_arrays():
 
 
 def _zarr_zeros(shape, chunks, dtype=np.float32) -> da.Array:
-    import zarr
 
     z = zarr.create_array(zarr.storage.MemoryStore(), shape=shape, chunks=chunks, dtype=dtype, fill_value=0)
     return da.from_zarr(z)
@@ -439,6 +439,18 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
         assert [k for k in graph if "edge" in str(k[0])]
         assert not any(_region_reads(v) for v in y.dask.layers[y.name].values())  # no second reads
         assert sum(1 for k in graph if isinstance(k, tuple) and k[0] == x.name) == x.npartitions
+    # Merged windows with a halo too: a window takes two whole blocks and an edge of a third.
+    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(1, 4, 8, 2), dtype=values.dtype)
+    z[:] = values
+    x = da.from_zarr(z)
+    with dask.config.set({"array.chunk-size": "2KiB"}):
+        merged = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
+    assert merged.chunks[1] == (4, 4, 1)  # 18 padded rows: two windows of 8 and the last one
+    graph = dict(merged.__dask_graph__())
+    assert sum(1 for k in graph if isinstance(k, tuple) and k[0] == x.name) == x.npartitions  # each once
+    assert len([k for k in graph if "edge" in str(k[0])]) == 4 * 2  # per image, into windows 2 and 3
+    assert_same(compute(merged), ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]]))
 
 
 def test_object_store_sources():
@@ -446,7 +458,6 @@ def test_object_store_sources():
     # SpaceToBatchND as from a local disk (halos from the block keys); BatchToSpaceND does not
     # bundle (two bundles and the client's buffers got 384 MiB workers restarted on S3), each
     # output block downloads its part of P chunks.
-    import zarr
     from zarr.storage import FsspecStore
 
     from ops._block_reads import BlockReads

@@ -231,12 +231,15 @@ def test_batch_to_space_nd_zarr_input_equals_numpy(case):
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
-    # Batch chunked, no halo (chunks and paddings multiples of the block): output blocks span
-    # 1..4 input chunks of the first spatial axis, as Dask's chunk size allows.
+    # Batch chunked: output blocks span 1..4 input chunks of the first spatial axis, as Dask's
+    # chunk size allows; without a halo (paddings multiples of the block) read from the store
+    # by the windows, with one from block keys and edge tasks.
     block = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
     rows = [data.draw(st.integers(1, 3)) * b for b in block]  # rows per chunk
     spatial = [r * data.draw(st.integers(1, 5)) for r in rows]
-    pads = [[b * data.draw(st.integers(0, 1)), b * data.draw(st.integers(0, 1))] for b in block]
+    halo = data.draw(st.booleans())
+    before = [data.draw(st.integers(0, 2 * b - 1)) if halo else b * data.draw(st.integers(0, 1)) for b in block]
+    pads = [[lo, (-(n + lo)) % b + b * data.draw(st.integers(0, 1))] for lo, n, b in zip(before, spatial, block)]
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     x = random_array(rng, (data.draw(st.integers(2, 3)), *spatial, 2), np.float32)
     chunks = (1, *rows, 2)
