@@ -29,9 +29,9 @@ Chunk plans (DESIGN.md):
 - Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zarr array):
   the tasks read what they need from the source themselves (``_block_reads``) instead of
   depending on the input's block tasks, and each chunk is read once where memory allows. A
-  SpaceToBatchND task reads its window's blocks (without a halo, as many blocks of the first
-  spatial axis as fit in a quarter of ``array.chunk-size``, so output blocks are not 1/P of
-  an input block); with a halo the block keys and edge tasks are used, so that no chunk is
+  SpaceToBatchND window spans as many blocks of the first spatial axis as fit in a quarter
+  of ``array.chunk-size``, so output blocks are not 1/P of an input block; without a halo
+  its task reads them, with one the block keys and edge tasks are used, so that no chunk is
   decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks (a
   bundle, from local sources while P chunks fit in half of ``array.chunk-size``); otherwise
   each output block reads its 1/P of one chunk of each group (P decodes or downloads of a
