@@ -1,7 +1,8 @@
 """Out of core, proven (run by hand, not a test): ``python -m bench.out_of_core [--gib 3] [--storage local|s3|both]``.
 
-Starts a real Dask cluster as processes on 127.0.0.1 (``dask scheduler`` and two ``dask worker
---nthreads 1 --memory-limit 384MiB``, system monitor sampling every 50 ms), writes a float32
+Starts a real Dask cluster as processes on 127.0.0.1 (``dask scheduler`` with
+``worker-saturation`` 1.0 and two ``dask worker --nthreads 1 --memory-limit 384MiB``, system
+monitor sampling every 50 ms), writes a float32
 Zarr v3 input of ``--gib`` GiB (default 3: four times the workers' 768 MiB) and an int32 one of
 the same size block by block on the cluster, then for every operator runs
 ``from_zarr -> op -> to_zarr`` on the cluster, Zarr to Zarr, and beside them a plain Zarr copy of
@@ -112,7 +113,7 @@ class Cluster:
     """``dask scheduler`` and ``workers`` x ``dask worker`` as processes on 127.0.0.1, a Client to them."""
 
     def __init__(self, procs: Processes, work: Path, *, workers: int = 2, memory_limit: str = "384MiB",
-                 worker_env: dict | None = None):
+                 worker_env: dict | None = None, worker_saturation: str = "1.0"):
         from distributed import Client
 
         py = sys.executable
@@ -120,8 +121,12 @@ class Cluster:
         self.procs = procs
         self.memory_limit = memory_limit
         self.names = [f"worker-{k}" for k in range(workers)]
+        # worker-saturation 1.0: a worker is sent its next root task (a read) only when it has
+        # none left, not while it still writes the last one's results (Dask's 1.1 queues one
+        # more on a one-thread worker, and two BatchToSpaceND bundles then share its memory).
         procs.start("scheduler", [py, "-m", "dask", "scheduler", "--host", "127.0.0.1",
-                                  "--port", self.address.rsplit(":", 1)[1], "--no-dashboard"])
+                                  "--port", self.address.rsplit(":", 1)[1], "--no-dashboard"],
+                    env={"DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": worker_saturation})
         env = {**MONITOR_ENV, **(worker_env or {})}
         for name in self.names:
             procs.start(name, [py, "-m", "dask", "worker", self.address, "--host", "127.0.0.1", "--nthreads", "1",
@@ -805,6 +810,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="GatherNd index tuples at --gib (default 1e7; scaled with the size on S3)")
     parser.add_argument("--chunk-mib", type=int, default=16)
     parser.add_argument("--memory-limit", default="384MiB")
+    parser.add_argument("--worker-saturation", default="1.0",
+                        help="the scheduler's distributed.scheduler.worker-saturation (default 1.0; Dask's is 1.1)")
     parser.add_argument("--timeout", type=float, default=900, help="cancel a run after this many seconds (900)")
     parser.add_argument("--no-check", action="store_true", help="skip the block-by-block check")
     parser.add_argument("--no-record", action="store_true", help="print only; no RESULTS.md, no plot")
@@ -835,7 +842,7 @@ def measure(args) -> dict[str, list[dict]]:
         procs = Processes(work)
         cluster = None
         try:
-            cluster = Cluster(procs, work, memory_limit=args.memory_limit)
+            cluster = Cluster(procs, work, memory_limit=args.memory_limit, worker_saturation=args.worker_saturation)
             for kind in kinds:
                 if kind == "local":
                     (work / "data").mkdir()
@@ -857,7 +864,8 @@ def record(results, text: str, args) -> None:
     setups = "\n".join(f"- {kind}: {rows[0]['setup']}; {rows[0].get('code', '')}" for kind, rows in results.items())
     with open(RESULTS, "a") as f:
         f.write(f"\n## `python -m bench.out_of_core` — {today}\n\n{machine()}\n")
-        f.write(f"Cluster: `dask scheduler` + 2 x `dask worker --nthreads 1 --memory-limit {args.memory_limit}` on "
+        f.write(f"Cluster: `dask scheduler` (worker-saturation {args.worker_saturation}) + 2 x "
+                f"`dask worker --nthreads 1 --memory-limit {args.memory_limit}` on "
                 f"127.0.0.1, Zarr v3 with zstd level 0 (the service's codec); inputs:\n{setups}\n\n")
         f.write(text + "\n\n![throughput per operator beside the copy](out_of_core.png)\n")
 

@@ -9,7 +9,7 @@ inside the task that needs it (``getter(source, part_slices)``) has no such inte
 task reads, rearranges and hands its result to the next step (a Zarr write) on its own. A
 Zarr chunk is still decoded whole (from an object store, downloaded whole) for each part, so
 callers read each chunk once where memory allows (SpaceToBatchND's blocks, BatchToSpaceND's
-bundles of P chunks on ``local`` sources).
+bundles of P chunks).
 
 Any other input (a computed array, a from_array with fancy getters) gives ``None`` and the
 caller depends on the block keys as usual.
@@ -64,30 +64,14 @@ def _parse(task, ndim: int, graph):
     return task.func, ref.key, slices, extra
 
 
-def _local(source) -> bool:
-    """A NumPy array, or a Zarr array in memory or on a local disk (not an object store)."""
-    if isinstance(source, DataNode):
-        source = source.value
-    if isinstance(source, np.ndarray):
-        return True
-    try:
-        from zarr.storage import LocalStore, MemoryStore
-    except ImportError:  # pragma: no cover - zarr is a dependency
-        return False
-    return isinstance(getattr(source, "store", None), (LocalStore, MemoryStore))
-
-
 class BlockReads:
     """Tasks that read a region of a block of ``x`` from its source; build with ``of(x)``."""
 
-    def __init__(self, x, plans, layers, local: bool):
+    def __init__(self, x, plans, layers):
         self.x = x
         self.plans = plans
         #: The graph layers the read tasks depend on (the sources), besides x's own.
         self.layers = layers
-        #: Whether every source is in this process's memory or on a local disk (not an object
-        #: store, whose client adds its own buffers to a worker's memory; see ``_local``).
-        self.local = local
 
     @classmethod
     def of(cls, x):
@@ -109,7 +93,7 @@ class BlockReads:
             if parsed is None:
                 return None
             plans[index] = parsed
-        return cls(x, plans, set(sources), all(_local(values[key]) for _, key, _, _ in plans.values()))
+        return cls(x, plans, set(sources))
 
     def read(self, index, local=None):
         """A task (legacy tuple) reading ``x``'s block ``index``, restricted to the slices
