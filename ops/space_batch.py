@@ -596,7 +596,7 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # Each output block reads a part of P source chunks (one per group), and each of those
     # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
     # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
-    # once and its P output blocks are cut from it (3 GiB on S3: 0.49x -> 0.75x of a copy).
+    # once and its P output blocks are cut from it (3 GiB on S3: 0.49x -> 0.75-0.87x of a copy).
     # A worker holds up to two bundles when the scheduler queues a second root task on it
     # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0 one, and peaks 45 MiB
     # lower on 384 MiB workers: deploy/README.md).
