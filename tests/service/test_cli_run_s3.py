@@ -21,7 +21,7 @@ import ops
 from service import cli
 from service.run_storage import HeldRootStore
 from tests.helpers import assert_same
-from tests.service.test_object_storage import KEY, SECRET, raw_fs, start_moto, stop
+from tests.service.test_object_storage import KEY, SECRET, moto_bucket, raw_fs
 
 BUCKET = "batch"
 RNG = np.random.default_rng(31)
@@ -33,12 +33,8 @@ QUICK = ["--in-process", "--n-workers", "1", "--threads-per-worker", "2"]
 
 @pytest.fixture(scope="module")
 def endpoint():
-    process, url = start_moto()
-    try:
-        raw_fs(url).mkdir(BUCKET)
+    with moto_bucket(BUCKET) as url:
         yield url
-    finally:
-        stop(process)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ job's chunk bytes never pass through it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -82,14 +83,21 @@ def raw_fs(endpoint: str) -> s3fs.S3FileSystem:
                              use_listings_cache=False, skip_instance_cache=True)
 
 
-@pytest.fixture(scope="module")
-def endpoint():
+@contextlib.contextmanager
+def moto_bucket(bucket: str):
+    """moto_server on 127.0.0.1 with one bucket: its endpoint URL; stopped afterwards."""
     process, url = start_moto()
     try:
-        raw_fs(url).mkdir(BUCKET)
+        raw_fs(url).mkdir(bucket)
         yield url
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with moto_bucket(BUCKET) as url:
+        yield url
 
 
 class S3Calls:
