@@ -103,10 +103,7 @@ class HeldRootStore(FsspecStore):
 class LocalOutput:
     """An output directory: built as a hidden sibling, renamed into place."""
 
-    remote = False
-
     def __init__(self, text: str):
-        self.text = text
         self.path = Path(text).absolute()
         self.built = self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}")
 
@@ -170,8 +167,6 @@ class LocalOutput:
 class ObjectOutput:
     """An output prefix in an object store (or any fsspec file system without rename)."""
 
-    remote = True
-
     def __init__(self, url: str, settings):
         self.text = url.rstrip("/")
         self.fs, self.path, self.options = filesystem(self.text, settings)
@@ -204,7 +199,7 @@ class ObjectOutput:
         if "/" not in self.path:
             return f"give a prefix inside the bucket ({self.text}/out.zarr), not the bucket itself"
         try:
-            self.fs.ls(bucket, detail=False)
+            self.fs.info(bucket)  # one HEAD of the bucket on S3
         except FileNotFoundError:
             return f"the bucket {bucket} does not exist"
         except PermissionError as error:
@@ -233,7 +228,10 @@ class ObjectOutput:
         output removed, root metadata first, and the new one copied into place)."""
         root = f"{self.path}/{ROOT_METADATA}"
         if not self.replacing:
-            if self.fs.exists(root):  # another run published meanwhile
+            # Another run published this name meanwhile. (Two runs writing one new output at
+            # once are not kept apart: their chunks share the prefix; docs/cli.md says so.)
+            if self.fs.exists(root):
+                self.built = None  # the prefix is the other run's output now: not ours to remove
                 raise FileExistsError(f"output {self.text} appeared while computing")
             self.fs.pipe_file(root, self.store.held_root())
             self.built = None

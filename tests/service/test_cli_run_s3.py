@@ -158,6 +158,22 @@ def test_an_output_appears_only_when_every_chunk_is_stored(s3_env, bucket, works
     assert_same(reread["v"].values, ds["v"].values)
 
 
+def test_a_run_that_finds_its_new_output_published_by_another_removes_nothing(s3_env, bucket, workspace):
+    """Two runs on one new output: the second to publish is refused and leaves the first's
+    output in place (its discard would otherwise remove the whole prefix)."""
+    from service.run_storage import ObjectOutput
+    from service.settings import Settings
+
+    output = ObjectOutput(f"s3://{BUCKET}/{workspace}/both.zarr", Settings())
+    store = output.target()
+    xr.Dataset({"v": ("a", np.arange(3.0))}).to_zarr(store, zarr_format=3, consolidated=True, mode="w")
+    bucket.pipe_file(f"{BUCKET}/{workspace}/both.zarr/zarr.json", store.held_root())  # the other run publishes
+    with pytest.raises(FileExistsError, match="appeared while computing"):
+        output.publish(overwrite=False)
+    assert not output.discard()
+    assert bucket.exists(f"{BUCKET}/{workspace}/both.zarr/zarr.json")
+
+
 def test_a_failed_run_leaves_nothing_and_a_failed_replacement_keeps_the_old_output(s3_env, bucket, workspace,
                                                                                   capsys):
     """GatherNd finds a bad index only while computing (exit 2): a new output is not there
