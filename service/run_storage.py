@@ -52,8 +52,7 @@ def filesystem(url: str, settings):
 
 def read_store(url: str, settings) -> FsspecStore:
     """A read-only Zarr store on ``url`` (it travels to the workers with its options)."""
-    _, _, options = filesystem(url, settings)
-    return FsspecStore.from_url(url, storage_options=options, read_only=True)
+    return FsspecStore.from_url(url, storage_options=storage_options(url, settings), read_only=True)
 
 
 def url_exists(url: str, settings) -> bool:
