@@ -16,11 +16,11 @@ Plans, by what is lazy:
     (``_build_broadcast``): params as one block, read by every indices block (a cluster sends
     it once to each worker);
   * larger Dask params with a scratch store set (``ops.scratch``; ``_build_scratch``): the
-    exchange goes through files. Each indices block writes its requests grouped by params
-    block, each group of params blocks (half of the chunk size) is read once and serves all
-    its requests to one file, and each output block reads its rows back, one range per group;
-    two barrier tasks separate the stages, so tasks and graph edges are linear in the blocks
-    and a task holds about one group of blocks or one output block;
+    exchange goes through files. Each batch of indices blocks writes its requests grouped by
+    params block, each group of params blocks (half of the chunk size) is read once and serves
+    all its requests to one file, and each batch reads its rows back, one range per group, and
+    hands each output block a view; two barrier tasks separate the stages, so tasks and graph
+    edges are linear in the blocks and a task holds about one group of blocks or one batch;
   * larger Dask params without one (``_build_shuffle``): the same exchange inside the graph,
     a request and a piece task per (indices block, params block) pair, all pieces in worker
     memory at once.
@@ -404,15 +404,19 @@ def _block_rows(local: list[np.ndarray], blocks: list[np.ndarray], chunks) -> np
     return rows
 
 
-_RECORD = 2  # a request: (the tuple's position in its indices block, its row in the params block)
+_RECORD = 2  # a request: (the tuple's position in its batch of indices blocks, its row in the params block)
 
 
-def _scratch_split(indices, params_shape, params_chunks, b, negative, offset, run, name):
-    """One indices block's requests, grouped by params block, to ``run/requests/<name>``; the
-    number of requests per params block is returned (the plan's only in-graph data)."""
-    c = indices.shape[-1]
-    check_index_values(indices, params_shape[b : b + c], negative, b, offset)
-    coords = [np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)]
+def _scratch_split(index_blocks, offsets, params_shape, params_chunks, b, negative, run, name):
+    """One batch of indices blocks: its requests, grouped by params block, to
+    ``run/requests/<name>``; the number of requests per params block is returned (the plan's
+    only in-graph data). A tuple's position counts through the batch's blocks in order, each
+    block's tuples in C order."""
+    coords = []
+    for indices, offset in zip(index_blocks, offsets):
+        check_index_values(indices, params_shape[b : b + indices.shape[-1]], negative, b, offset)
+        coords.append([np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)])
+    coords = [np.concatenate(axis) for axis in zip(*coords)]
     numblocks = tuple(len(axis) for axis in params_chunks)
     hit, local = _locate(coords, params_chunks)
     blocks = np.unravel_index(hit, numblocks) if len(hit) else [np.zeros(0, np.int64)] * len(numblocks)
@@ -429,28 +433,28 @@ def _scratch_plan(run, group_size: int, *counts):
     """Barrier after every split: where each request and each gathered row lives.
 
     Params blocks are served in groups of ``group_size`` consecutive blocks, one piece file
-    per group whose rows are ordered by indices block, then params block, then request: a
-    group's requests are one range of each request file (those are ordered by params block)
-    and an output block's rows one range of each piece file, so an object store sees one GET
-    per (indices block, group) pair in each direction instead of one per block pair.
-    Written as one record per group (``plan/by-group``) and one per indices block
-    (``plan/by-indices``); returns (indices blocks, groups).
+    per group whose rows are ordered by batch (of indices blocks), then params block, then
+    request: a group's requests are one range of each request file (those are ordered by
+    params block) and a batch's rows one range of each piece file, so an object store sees
+    one GET per (batch, group) pair in each direction instead of one per block pair.
+    Written as one record per group (``plan/by-group``) and one per batch
+    (``plan/by-batch``); returns (batches, groups).
     """
-    count = np.stack(counts)  # [indices block, params block]
-    n_indices, n_params = count.shape
+    count = np.stack(counts)  # [batch, params block]
+    n_batches, n_params = count.shape
     groups = -(-n_params // group_size)
-    padded = np.zeros((n_indices, groups * group_size), np.int64)
+    padded = np.zeros((n_batches, groups * group_size), np.int64)
     padded[:, :n_params] = count
-    by_group = padded.reshape(n_indices, groups, group_size)
-    group_count = by_group.sum(axis=2)  # [indices block, group]
+    by_group = padded.reshape(n_batches, groups, group_size)
+    group_count = by_group.sum(axis=2)  # [batch, group]
     request_start = np.cumsum(group_count, axis=1) - group_count  # within a request file
     piece_start = np.cumsum(group_count, axis=0) - group_count  # within a group's piece file
     records = np.concatenate(
         [request_start.T[:, None, :], by_group.transpose(1, 2, 0)], axis=1
-    )  # [group, 1 + group_size, indices block]: where its requests start, how many per block
+    )  # [group, 1 + group_size, batch]: where its requests start, how many per params block
     run.write("plan/by-group", _as_bytes(records))
-    run.write("plan/by-indices", _as_bytes(np.stack([group_count, piece_start], axis=1)))
-    return n_indices, groups
+    run.write("plan/by-batch", _as_bytes(np.stack([group_count, piece_start], axis=1)))
+    return n_batches, groups
 
 
 def _plan_record(run, which: str, k: int, fields: int, length: int) -> np.ndarray:
@@ -465,12 +469,12 @@ def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
 
 
 def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int, slice_name: str,
-                   batch_rows: int):
+                   read_rows: int):
     """One group of params blocks (one slice block of each) serves every request for it, in
-    indices-block order, to ``run/pieces/<group>-<slice>``: each block is read once, the
-    request files a batch of about ``batch_rows`` rows at a time."""
-    n_indices, _ = plan_shape
-    record = _plan_record(run, "by-group", g, 1 + group_size, n_indices)
+    batch order, to ``run/pieces/<group>-<slice>``: each block is read once, the request
+    files a few at a time (about ``read_rows`` rows)."""
+    n_batches, _ = plan_shape
+    record = _plan_record(run, "by-group", g, 1 + group_size, n_batches)
     request_start, counts = record[0], record[1 : 1 + len(blocks)]  # the last group may be short
     views = [_rows_view(block, merged) for block in blocks]
     total = counts.sum(axis=0)
@@ -479,17 +483,17 @@ def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int
         first = 0
         while first < len(wanted):
             last = first + 1
-            rows_in_batch = total[wanted[first]]
-            while last < len(wanted) and rows_in_batch + total[wanted[last]] <= batch_rows:
-                rows_in_batch += total[wanted[last]]
+            rows_read = total[wanted[first]]
+            while last < len(wanted) and rows_read + total[wanted[last]] <= read_rows:
+                rows_read += total[wanted[last]]
                 last += 1
-            batch = wanted[first:last]
+            reading = wanted[first:last]
             data = run.read_ranges(
-                [f"requests/{i}" for i in batch],
-                [int(request_start[i]) * _RECORD * 8 for i in batch],
-                [int(request_start[i] + total[i]) * _RECORD * 8 for i in batch],
+                [f"requests/{i}" for i in reading],
+                [int(request_start[i]) * _RECORD * 8 for i in reading],
+                [int(request_start[i] + total[i]) * _RECORD * 8 for i in reading],
             )
-            for i, requests in zip(batch, data):
+            for i, requests in zip(reading, data):
                 rows = np.frombuffer(requests, np.int64).reshape(-1, _RECORD)[:, 1]
                 position = 0
                 for view, n in zip(views, counts[:, i]):
@@ -504,15 +508,15 @@ def _as_bytes(array: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
-def _scratch_assemble(_served, plan_shape, run, i: int, shape, dtype, lead_ndim: int, slice_name: str, outputs: int):
-    """One output block: its requests' positions and its rows from every group's piece file.
-    The last output block to finish removes the run's files."""
+def _scratch_assemble(_served, plan_shape, run, j: int, row_shape, dtype, slice_name: str, outputs: int):
+    """One batch of output blocks (one slice block of each): the rows of its blocks one after
+    the other, from its request file and one range of every group's piece file. The last
+    batch to finish removes the run's files."""
     _, groups = plan_shape
-    count, piece_start = _plan_record(run, "by-indices", i, 2, groups)
-    records = np.frombuffer(run.read(f"requests/{i}"), np.int64).reshape(-1, _RECORD)
-    out = np.empty(shape, dtype)
-    rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
-    row_bytes = math.prod(shape[lead_ndim:]) * np.dtype(dtype).itemsize
+    count, piece_start = _plan_record(run, "by-batch", j, 2, groups)
+    records = np.frombuffer(run.read(f"requests/{j}"), np.int64).reshape(-1, _RECORD)
+    rows = np.empty((len(records), *row_shape), dtype)
+    row_bytes = math.prod(row_shape) * np.dtype(dtype).itemsize
     hit = np.flatnonzero(count)
     data = run.read_ranges(
         [f"pieces/{g}-{slice_name}" for g in hit],
@@ -522,13 +526,18 @@ def _scratch_assemble(_served, plan_shape, run, i: int, shape, dtype, lead_ndim:
     position = 0  # the request file and the pieces are both in params-block order
     for g, piece in zip(hit, data):
         n = int(count[g])
-        values = np.frombuffer(piece, dtype).reshape(n, *shape[lead_ndim:])
+        values = np.frombuffer(piece, dtype).reshape(n, *row_shape)
         _scatter_rows(rows, records[position : position + n, 0], values)
         position += n
     del data
-    if run.mark_and_count(f"{i}-{slice_name}", "done") >= outputs:
+    if run.mark_and_count(f"{j}-{slice_name}", "done") >= outputs:
         run.remove()
-    return out
+    return rows
+
+
+def _batch_block(rows: np.ndarray, start: int, stop: int, shape) -> np.ndarray:
+    """One output block of a batch: its rows, in its shape (a view)."""
+    return rows[start:stop].reshape(shape)
 
 
 def _after_all(*_):
@@ -538,12 +547,18 @@ def _after_all(*_):
 def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, out_shape, scratch):
     """Lazy indices, large params: the all-to-all through a scratch store (ops/_scratch.py).
 
-    split (per indices block: requests grouped by params block, to scratch) -> one barrier (the
-    counts) -> serve (per group of params blocks that fit in half of Dask's chunk size: gathers
-    their rows once, to scratch) -> one barrier -> assemble (per output block: reads its rows
-    from every group's piece file). Tasks and edges are linear in the blocks; a task holds about
-    one group of params blocks or one output block. Params read straight from a Zarr array are
-    read inside the serve task (no block keys held for it).
+    split (per batch of consecutive indices blocks: requests grouped by params block, to
+    scratch) -> one barrier (the counts) -> serve (per group of params blocks that fit in half
+    of Dask's chunk size: gathers their rows once, to scratch) -> one barrier -> assemble (per
+    batch: reads its rows from every group's piece file) -> one view per output block.
+
+    A batch holds as many indices blocks as keep its output rows within a quarter of the chunk
+    size, so the rows read back and the rows assembled fit in the same half as a group. Each
+    stage reads one range of each of the other stage's files: batches x groups reads in each
+    direction, which on an object store are as many requests, so both sides are made as large
+    as memory allows. Tasks and edges are linear in the blocks; a task holds about one group
+    of params blocks or one batch. Params read straight from a Zarr array are read inside the
+    serve task (no block keys held for it).
     """
     c = indices.shape[-1]
     merged = b + c
@@ -551,23 +566,29 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     # Keys of their own: two builds of one gather write to two run directories, and a
     # scheduler that merged their keys would have one build's tasks read the other's files.
     token = tokenize(params, indices, b, negative, run.url)
-    split, plan, serve, served = (f"gather_nd-{part}-{token}" for part in ("split", "plan", "serve", "served"))
+    split, plan, serve, served, assemble = (
+        f"gather_nd-{part}-{token}" for part in ("split", "plan", "serve", "served", "assemble")
+    )
     name = f"gather_nd-{token}"
     lead_blocks = list(np.ndindex(*indices.numblocks[:-1]))
     params_blocks = list(np.ndindex(*params.numblocks[:merged]))
     slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
     row_bytes = math.prod(params.chunksize[merged:]) * params.dtype.itemsize
-    batch_rows = max(1, _chunks.target_bytes() // 8 // max(row_bytes, 1))
+    read_rows = max(1, _chunks.target_bytes() // 8 // max(row_bytes, 1))
     block_bytes = math.prod(params.chunksize) * params.dtype.itemsize
     group_size = max(1, _chunks.target_bytes() // 2 // max(block_bytes, 1))
+    output_bytes = math.prod(indices.chunksize[:-1]) * row_bytes
+    batch_size = max(1, _chunks.target_bytes() // 4 // max(output_bytes, 1))
+    batches = [lead_blocks[first : first + batch_size] for first in range(0, len(lead_blocks), batch_size)]
     source = _block_reads.BlockReads.of(params)
     layer = {}
-    for i, index in enumerate(lead_blocks):
-        layer[(split, i)] = (
-            _scratch_split, (indices.name, *index, 0), params.shape, params.chunks[:merged],
-            b, negative, _block_offsets(indices.chunks, index), run, i,
+    for j, batch in enumerate(batches):
+        layer[(split, j)] = (
+            _scratch_split, [(indices.name, *index, 0) for index in batch],
+            [_block_offsets(indices.chunks, index) for index in batch], params.shape, params.chunks[:merged],
+            b, negative, run, j,
         )
-    layer[(plan, 0)] = (_scratch_plan, run, group_size, *[(split, i) for i in range(len(lead_blocks))])
+    layer[(plan, 0)] = (_scratch_plan, run, group_size, *[(split, j) for j in range(len(batches))])
     slice_names = {s: ".".join(map(str, s)) or "0" for s in slice_blocks}
     groups = range(0, len(params_blocks), group_size)
     for g, first in enumerate(groups):
@@ -577,18 +598,22 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
                 for block in params_blocks[first : first + group_size]
             ]
             layer[(serve, g, *s)] = (
-                _scratch_serve, blocks, (plan, 0), run, g, group_size, merged, slice_names[s], batch_rows,
+                _scratch_serve, blocks, (plan, 0), run, g, group_size, merged, slice_names[s], read_rows,
             )
     layer[(served, 0)] = (_after_all, *[(serve, g, *s) for g in range(len(groups)) for s in slice_blocks])
-    outputs = len(lead_blocks) * len(slice_blocks)
-    for i, index in enumerate(lead_blocks):
-        shape_lead = tuple(indices.chunks[k][j] for k, j in enumerate(index))
+    outputs = len(batches) * len(slice_blocks)
+    for j, batch in enumerate(batches):
         for s in slice_blocks:
-            shape = shape_lead + tuple(params.chunks[merged + k][j] for k, j in enumerate(s))
-            layer[(name, *index, *s)] = (
-                _scratch_assemble, (served, 0), (plan, 0), run, i, shape, params.dtype, len(index),
-                slice_names[s], outputs,
+            row_shape = tuple(params.chunks[merged + k][i] for k, i in enumerate(s))
+            layer[(assemble, j, *s)] = (
+                _scratch_assemble, (served, 0), (plan, 0), run, j, row_shape, params.dtype, slice_names[s], outputs,
             )
+            start = 0
+            for index in batch:
+                shape_lead = tuple(indices.chunks[k][i] for k, i in enumerate(index))
+                stop = start + math.prod(shape_lead)
+                layer[(name, *index, *s)] = (_batch_block, (assemble, j, *s), start, stop, shape_lead + row_shape)
+                start = stop
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
     chunks = (*indices.chunks[:-1], *params.chunks[merged:])
     return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))

@@ -346,9 +346,12 @@ def test_scratch_plan_reads_each_params_block_once_and_leaves_no_files(tmp_path)
     graph = dict(y.__dask_graph__())
     readers = _readers(graph, params.name)
     assert len(readers) == params.npartitions and all(len(keys) == 1 for keys in readers.values())
-    # Outputs never depend on params blocks or on each other's pieces: only the two barriers.
+    # Outputs never depend on params blocks or on each other's pieces: each is a view of its
+    # batch's rows, and a batch depends on the two barriers only.
     for key in _flat(y.__dask_keys__()):
-        assert len(get_dependencies(graph, key)) == 2
+        (batch,) = get_dependencies(graph, key)
+        assert str(batch[0]).startswith("gather_nd-assemble-")
+        assert len(get_dependencies(graph, batch)) == 2
     for _ in range(2):  # a second compute of the same graph writes and removes its files again
         assert_same(y.compute(), values[index[:, 0]])
         assert _files(tmp_path) == []
@@ -382,6 +385,44 @@ def test_scratch_plan_serves_params_blocks_in_groups(tmp_path, source):
             assert not _readers(graph, params.name)  # read inside the serve tasks
         assert_same(y.compute(), values[index[:, 0]])
         assert _files(tmp_path) == []
+
+
+def _stage(graph, stage):
+    return [k for k in graph if isinstance(k, tuple) and str(k[0]).startswith(f"gather_nd-{stage}-")]
+
+
+@pytest.mark.parametrize("lead,index_chunks", [((300,), (50,)), ((12, 25), (5, 10))])
+def test_scratch_plan_batches_indices_blocks(tmp_path, lead, index_chunks):
+    # A 16 KiB budget: an output block of 50 rows of 4 float32 is 800 bytes and a batch holds
+    # up to a quarter of the budget (5 blocks; 10 with params chunked in two along the row, one
+    # batch per slice block). 2-D indices batch their blocks in C order.
+    rng = np.random.default_rng(12)
+    values = rng.random((64, 8, 4), dtype=np.float32)
+    index = np.stack([rng.integers(-64, 64, lead), rng.integers(-8, 8, lead)], axis=-1)
+    indices = da.from_array(index, chunks=(*index_chunks, 2))
+    for params_chunks, per_batch, slices in (((8, 8, 4), 5, 1), ((8, 8, 2), 10, 2)):
+        y = _scratch_gather(da.from_array(values, chunks=params_chunks), indices, tmp_path, chunk_size="16KiB")
+        graph = dict(y.__dask_graph__())
+        batches = -(-indices.npartitions // per_batch)
+        assert batches < indices.npartitions
+        assert len(_stage(graph, "split")) == batches
+        assert len(_stage(graph, "assemble")) == batches * slices
+        assert y.chunks == (*indices.chunks[:-1], (4,) if slices == 1 else (2, 2))
+        assert_same(y.compute(), values[index[..., 0], index[..., 1]])
+        assert _files(tmp_path) == []
+
+
+def test_scratch_plan_batch_reports_a_bad_index_in_its_own_block(tmp_path):
+    # Batches of 3 blocks of 10 tuples (160 bytes of output each, a 2 KiB budget); the third
+    # block of the first batch holds the bad tuple: the message gives its position in indices.
+    values = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
+    index = np.zeros((40, 1), np.int64)
+    index[27, 0] = 64
+    y = _scratch_gather(da.from_array(values, chunks=(8, 4)), da.from_array(index, chunks=(10, 1)), tmp_path,
+                        chunk_size="2KiB")
+    assert len(_stage(dict(y.__dask_graph__()), "split")) == 2
+    with pytest.raises(IndexError, match=r"^indices\[27, 0\] = 64 is out of range for dimension 0 of size 64"):
+        y.compute()
 
 
 def test_scratch_plan_serves_a_hot_block_in_batches(tmp_path):
@@ -461,7 +502,7 @@ def test_a_missing_scratch_file_is_named(tmp_path):
     y = _scratch_gather(da.from_array(values, chunks=(8, 4)), da.from_array(np.array([[5], [60]]), chunks=1),
                         tmp_path, chunk_size="1B")
     graph = dict(y.__dask_graph__())
-    first = next(iter(_flat(y.__dask_keys__())))
+    first = _stage(graph, "assemble")[0]  # an output block's batch
     dependencies = {k: v for k, v in zip(graph, dask.get(graph, list(graph))) if k != first}
     import shutil
 
