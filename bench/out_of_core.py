@@ -266,7 +266,9 @@ class S3Storage:
         data.mkdir()
         procs.start("seaweedfs", [str(weed), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                                   f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}",
-                                  "-s3", f"-s3.port={port}", "-master.volumeSizeLimitMB=1024",
+                                  # Its Iceberg and Lance catalogs have fixed ports: off.
+                                  "-s3", f"-s3.port={port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                                  "-master.volumeSizeLimitMB=1024",
                                   "-master.garbageThreshold=0.01", "-volume.max=200"])
 
     def store(self, name: str):

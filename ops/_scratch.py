@@ -86,8 +86,13 @@ class Scratch:
         else:  # an object store publishes an object when its upload completes
             # Upload in parts of S3's smallest part size: s3fs would otherwise buffer 50 MiB
             # of a large file in the writing task's memory before its first upload.
-            with fs.open(path, "wb", block_size=UPLOAD_PART_BYTES) as f:
+            f = fs.open(path, "wb", block_size=UPLOAD_PART_BYTES)
+            try:
                 yield f
+            except BaseException:
+                _abandon(f)
+                raise
+            f.close()
 
     def write(self, name: str, data) -> None:
         with self.open_write(name) as f:
@@ -128,6 +133,15 @@ class Scratch:
         fs, root = self._fs_root
         with contextlib.suppress(FileNotFoundError):
             fs.rm(root, recursive=True)
+
+
+def _abandon(f) -> None:
+    """Publish nothing of an object-store file whose writer failed: fsspec's ``close`` (which
+    its own ``with`` block calls on an error too) would publish what was written so far."""
+    with contextlib.suppress(Exception):
+        f.discard()  # s3fs: aborts the multipart upload, if one was started
+    with contextlib.suppress(Exception):
+        f.closed = True  # so that nothing closes (publishes) it later
 
 
 @functools.lru_cache(maxsize=16)

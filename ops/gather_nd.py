@@ -404,29 +404,44 @@ def _block_rows(local: list[np.ndarray], blocks: list[np.ndarray], chunks) -> np
     return rows
 
 
-_RECORD = 2  # a request: (the tuple's position in its batch of indices blocks, its row in the params block)
+#: Bytes a split task holds per index tuple (the indices, their coordinates, block numbers,
+#: rows, sort keys and order, as int64): what sizes its run of indices blocks.
+_SPLIT_BYTES_PER_TUPLE = 128
 
 
-def _scratch_split(index_blocks, offsets, params_shape, params_chunks, b, negative, run, name):
-    """One batch of indices blocks: its requests, grouped by params block, to
-    ``run/requests/<name>``; the number of requests per params block is returned (the plan's
-    only in-graph data). A tuple's position counts through the batch's blocks in order, each
-    block's tuples in C order."""
+def _scratch_split(index_blocks, offsets, params_shape, params_chunks, b, negative, run, name,
+                   first_batch: int, batch_sizes, group_size: int):
+    """A run of consecutive indices blocks, cut into batches of ``batch_sizes`` tuples.
+
+    Writes the row each tuple takes from its params block to ``run/requests/<name>``, ordered
+    by group of ``group_size`` params blocks, then batch, then params block (a serve task
+    reads one range: its group's section), and for each batch the positions of its tuples in
+    the same order to ``run/positions/<batch>`` (an assemble task's one read). Returns the
+    requests per (batch, params block): the plan's only in-graph data. Positions count
+    through a batch's blocks in order, each block's tuples in C order.
+    """
     coords = []
     for indices, offset in zip(index_blocks, offsets):
         check_index_values(indices, params_shape[b : b + indices.shape[-1]], negative, b, offset)
         coords.append([np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)])
     coords = [np.concatenate(axis) for axis in zip(*coords)]
     numblocks = tuple(len(axis) for axis in params_chunks)
+    n_params, n_batches = math.prod(numblocks), len(batch_sizes)
     hit, local = _locate(coords, params_chunks)
     blocks = np.unravel_index(hit, numblocks) if len(hit) else [np.zeros(0, np.int64)] * len(numblocks)
     rows = _block_rows(local, list(blocks), params_chunks)
-    order, *_ = _buckets(hit, math.prod(numblocks))
-    records = np.empty((len(order), _RECORD), np.int64)
-    records[:, 0] = order
-    records[:, 1] = rows[order]
-    run.write(f"requests/{name}", _as_bytes(records))
-    return np.bincount(hit, minlength=math.prod(numblocks)).astype(np.int64)
+    del coords, local, blocks
+    batch = np.repeat(np.arange(n_batches, dtype=np.int64), batch_sizes)
+    key = ((hit // group_size) * n_batches + batch) * group_size + hit % group_size
+    order = np.argsort(key, kind="stable")
+    del key
+    run.write(f"requests/{name}", _as_bytes(rows[order]))
+    del rows
+    batch_starts = np.cumsum(batch_sizes) - batch_sizes
+    ordered_batch = batch[order]
+    for k, start in enumerate(batch_starts):
+        run.write(f"positions/{first_batch + k}", _as_bytes(order[ordered_batch == k] - start))
+    return np.bincount(batch * n_params + hit, minlength=n_batches * n_params).reshape(n_batches, n_params)
 
 
 def _scratch_plan(run, group_size: int, *counts):
@@ -434,33 +449,38 @@ def _scratch_plan(run, group_size: int, *counts):
 
     Params blocks are served in groups of ``group_size`` consecutive blocks, one piece file
     per group whose rows are ordered by batch (of indices blocks), then params block, then
-    request: a group's requests are one range of each request file (those are ordered by
-    params block) and a batch's rows one range of each piece file, so an object store sees
-    one GET per (batch, group) pair in each direction instead of one per block pair.
-    Written as one record per group (``plan/by-group``) and one per batch
-    (``plan/by-batch``); returns (batches, groups).
+    request. A group's requests are one section of each request file and a batch's rows one
+    range of each piece file, so an object store sees one GET per (request file, group) and
+    one per (batch, group), not one per pair of blocks. Written as one record per group
+    (``plan/by-group``: where its section of each request file starts and how long it is,
+    then its requests per params block and batch) and one per batch (``plan/by-batch``: its
+    rows in each piece file and where they start); returns (batches, request files, groups).
     """
-    count = np.stack(counts)  # [batch, params block]
+    files = [len(c) for c in counts]
+    count = np.concatenate(counts)  # [batch, params block]
     n_batches, n_params = count.shape
     groups = -(-n_params // group_size)
     padded = np.zeros((n_batches, groups * group_size), np.int64)
     padded[:, :n_params] = count
     by_group = padded.reshape(n_batches, groups, group_size)
     group_count = by_group.sum(axis=2)  # [batch, group]
-    request_start = np.cumsum(group_count, axis=1) - group_count  # within a request file
+    file_starts = np.cumsum(files) - files
+    section = np.add.reduceat(group_count, file_starts, axis=0)  # [request file, group]: rows
+    section_start = np.cumsum(section, axis=1) - section  # within its request file
     piece_start = np.cumsum(group_count, axis=0) - group_count  # within a group's piece file
     records = np.concatenate(
-        [request_start.T[:, None, :], by_group.transpose(1, 2, 0)], axis=1
-    )  # [group, 1 + group_size, batch]: where its requests start, how many per params block
+        [section_start.T, section.T, by_group.transpose(1, 2, 0).reshape(groups, -1)], axis=1
+    )
     run.write("plan/by-group", _as_bytes(records))
-    run.write("plan/by-batch", _as_bytes(np.stack([group_count, piece_start], axis=1)))
-    return n_batches, groups
+    run.write("plan/by-batch", _as_bytes(np.concatenate([group_count, piece_start], axis=1)))
+    return n_batches, len(files), groups
 
 
-def _plan_record(run, which: str, k: int, fields: int, length: int) -> np.ndarray:
-    size = fields * length * 8
+def _plan_record(run, which: str, k: int, length: int) -> np.ndarray:
+    """The ``k``-th record (``length`` int64) of ``plan/<which>``."""
+    size = length * 8
     (data,) = run.read_ranges([f"plan/{which}"], [k * size], [(k + 1) * size])
-    return np.frombuffer(data, np.int64).reshape(fields, length)
+    return np.frombuffer(data, np.int64)
 
 
 def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
@@ -469,38 +489,44 @@ def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
 
 
 def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int, slice_name: str,
-                   read_rows: int):
+                   read_rows: int, batches_per_file: int):
     """One group of params blocks (one slice block of each) serves every request for it, in
-    batch order, to ``run/pieces/<group>-<slice>``: each block is read once, the request
-    files a few at a time (about ``read_rows`` rows)."""
-    n_batches, _ = plan_shape
-    record = _plan_record(run, "by-group", g, 1 + group_size, n_batches)
-    request_start, counts = record[0], record[1 : 1 + len(blocks)]  # the last group may be short
+    batch order, to ``run/pieces/<group>-<slice>``: each block is read once, its section of
+    the request files a few at a time (about ``read_rows`` rows)."""
+    n_batches, n_files, _ = plan_shape
+    record = _plan_record(run, "by-group", g, 2 * n_files + group_size * n_batches)
+    starts, sizes = record[:n_files], record[n_files : 2 * n_files]
+    counts = record[2 * n_files :].reshape(group_size, n_batches)[: len(blocks)]  # the last group may be short
     views = [_rows_view(block, merged) for block in blocks]
-    total = counts.sum(axis=0)
-    wanted = np.flatnonzero(total)
+    wanted = np.flatnonzero(sizes)
     with run.open_write(f"pieces/{g}-{slice_name}") as out:
-        first = 0
-        while first < len(wanted):
-            last = first + 1
-            rows_read = total[wanted[first]]
-            while last < len(wanted) and rows_read + total[wanted[last]] <= read_rows:
-                rows_read += total[wanted[last]]
-                last += 1
-            reading = wanted[first:last]
+        for reading in _runs(wanted, sizes[wanted], read_rows):
             data = run.read_ranges(
-                [f"requests/{i}" for i in reading],
-                [int(request_start[i]) * _RECORD * 8 for i in reading],
-                [int(request_start[i] + total[i]) * _RECORD * 8 for i in reading],
+                [f"requests/{f}" for f in reading],
+                [int(starts[f]) * 8 for f in reading],
+                [int(starts[f] + sizes[f]) * 8 for f in reading],
             )
-            for i, requests in zip(reading, data):
-                rows = np.frombuffer(requests, np.int64).reshape(-1, _RECORD)[:, 1]
+            for f, requests in zip(reading, data):
+                rows = np.frombuffer(requests, np.int64)
                 position = 0
-                for view, n in zip(views, counts[:, i]):
-                    if n:
-                        out.write(_as_bytes(np.take(view, rows[position : position + n], axis=0)))
-                        position += int(n)
-            first = last
+                for batch in range(f * batches_per_file, min((f + 1) * batches_per_file, n_batches)):
+                    for view, n in zip(views, counts[:, batch]):
+                        if n:
+                            out.write(_as_bytes(np.take(view, rows[position : position + n], axis=0)))
+                            position += int(n)
+
+
+def _runs(items: np.ndarray, sizes: np.ndarray, limit: int):
+    """``items`` in consecutive runs whose sizes add up to at most ``limit`` (a larger item
+    alone): what one request of several byte ranges reads at a time."""
+    first = 0
+    while first < len(items):
+        last, total = first + 1, sizes[first]
+        while last < len(items) and total + sizes[last] <= limit:
+            total += sizes[last]
+            last += 1
+        yield items[first:last]
+        first = last
 
 
 def _as_bytes(array: np.ndarray) -> memoryview:
@@ -508,29 +534,32 @@ def _as_bytes(array: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
-def _scratch_assemble(_served, plan_shape, run, j: int, row_shape, dtype, slice_name: str, outputs: int):
+def _scratch_assemble(_served, plan_shape, run, batch: int, row_shape, dtype, slice_name: str, read_rows: int,
+                      outputs: int):
     """One batch of output blocks (one slice block of each): the rows of its blocks one after
-    the other, from its request file and one range of every group's piece file. The last
-    batch to finish removes the run's files."""
-    _, groups = plan_shape
-    count, piece_start = _plan_record(run, "by-batch", j, 2, groups)
-    records = np.frombuffer(run.read(f"requests/{j}"), np.int64).reshape(-1, _RECORD)
-    rows = np.empty((len(records), *row_shape), dtype)
+    the other, from its positions file and one range of every group's piece file, a few piece
+    files (about ``read_rows`` rows) at a time. The last batch to finish removes the run's
+    files."""
+    _, _, groups = plan_shape
+    count, piece_start = _plan_record(run, "by-batch", batch, 2 * groups).reshape(2, groups)
+    positions = np.frombuffer(run.read(f"positions/{batch}"), np.int64)
+    rows = np.empty((len(positions), *row_shape), dtype)
     row_bytes = math.prod(row_shape) * np.dtype(dtype).itemsize
     hit = np.flatnonzero(count)
-    data = run.read_ranges(
-        [f"pieces/{g}-{slice_name}" for g in hit],
-        [int(piece_start[g]) * row_bytes for g in hit],
-        [int(piece_start[g] + count[g]) * row_bytes for g in hit],
-    )
-    position = 0  # the request file and the pieces are both in params-block order
-    for g, piece in zip(hit, data):
-        n = int(count[g])
-        values = np.frombuffer(piece, dtype).reshape(n, *row_shape)
-        _scatter_rows(rows, records[position : position + n, 0], values)
-        position += n
-    del data
-    if run.mark_and_count(f"{j}-{slice_name}", "done") >= outputs:
+    position = 0  # the positions and the pieces are both in params-block order
+    for reading in _runs(hit, count[hit], read_rows):
+        data = run.read_ranges(
+            [f"pieces/{g}-{slice_name}" for g in reading],
+            [int(piece_start[g]) * row_bytes for g in reading],
+            [int(piece_start[g] + count[g]) * row_bytes for g in reading],
+        )
+        for g, piece in zip(reading, data):
+            n = int(count[g])
+            values = np.frombuffer(piece, dtype).reshape(n, *row_shape)
+            _scatter_rows(rows, positions[position : position + n], values)
+            position += n
+        del data
+    if run.mark_and_count(f"{batch}-{slice_name}", "done") >= outputs:
         run.remove()
     return rows
 
@@ -547,18 +576,19 @@ def _after_all(*_):
 def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, out_shape, scratch):
     """Lazy indices, large params: the all-to-all through a scratch store (ops/_scratch.py).
 
-    split (per batch of consecutive indices blocks: requests grouped by params block, to
+    split (per run of consecutive indices blocks: requests grouped by params block, to
     scratch) -> one barrier (the counts) -> serve (per group of params blocks that fit in half
     of Dask's chunk size: gathers their rows once, to scratch) -> one barrier -> assemble (per
-    batch: reads its rows from every group's piece file) -> one view per output block.
+    batch of consecutive indices blocks: reads its rows from every group's piece file) -> one
+    view per output block.
 
-    A batch holds as many indices blocks as keep its output rows within a quarter of the chunk
-    size, so the rows read back and the rows assembled fit in the same half as a group. Each
-    stage reads one range of each of the other stage's files: batches x groups reads in each
-    direction, which on an object store are as many requests, so both sides are made as large
-    as memory allows. Tasks and edges are linear in the blocks; a task holds about one group
-    of params blocks or one batch. Params read straight from a Zarr array are read inside the
-    serve task (no block keys held for it).
+    Each stage reads one range of each of the other stage's files, and on an object store a
+    range is a request: a serve task reads one per request file, a batch one per group. So
+    every side is as large as memory allows: a group's params blocks fill half of the chunk
+    size, a batch's output rows a quarter (the rows read back take as much again, in reads of
+    an eighth), and a split task's run of batches half at ``_SPLIT_BYTES_PER_TUPLE``. Tasks
+    and edges are linear in the blocks. Params read straight from a Zarr array are read
+    inside the serve task (no block keys held for it).
     """
     c = indices.shape[-1]
     merged = b + c
@@ -570,25 +600,34 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
         f"gather_nd-{part}-{token}" for part in ("split", "plan", "serve", "served", "assemble")
     )
     name = f"gather_nd-{token}"
+    target = _chunks.target_bytes()
     lead_blocks = list(np.ndindex(*indices.numblocks[:-1]))
     params_blocks = list(np.ndindex(*params.numblocks[:merged]))
     slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
     row_bytes = math.prod(params.chunksize[merged:]) * params.dtype.itemsize
-    read_rows = max(1, _chunks.target_bytes() // 8 // max(row_bytes, 1))
+    read_rows = max(1, target // 8 // max(row_bytes, 1))
     block_bytes = math.prod(params.chunksize) * params.dtype.itemsize
-    group_size = max(1, _chunks.target_bytes() // 2 // max(block_bytes, 1))
-    output_bytes = math.prod(indices.chunksize[:-1]) * row_bytes
-    batch_size = max(1, _chunks.target_bytes() // 4 // max(output_bytes, 1))
+    group_size = max(1, target // 2 // max(block_bytes, 1))
+    block_tuples = math.prod(indices.chunksize[:-1])
+    batch_size = max(1, target // 4 // max(block_tuples * row_bytes, 1))
     batches = [lead_blocks[first : first + batch_size] for first in range(0, len(lead_blocks), batch_size)]
+    batches_per_file = max(1, target // 2 // _SPLIT_BYTES_PER_TUPLE // max(batch_size * block_tuples, 1))
     source = _block_reads.BlockReads.of(params)
+
+    def tuples(index):
+        return math.prod(indices.chunks[k][i] for k, i in enumerate(index))
+
     layer = {}
-    for j, batch in enumerate(batches):
-        layer[(split, j)] = (
-            _scratch_split, [(indices.name, *index, 0) for index in batch],
-            [_block_offsets(indices.chunks, index) for index in batch], params.shape, params.chunks[:merged],
-            b, negative, run, j,
+    files = range(0, len(batches), batches_per_file)
+    for f, first in enumerate(files):
+        run_batches = batches[first : first + batches_per_file]
+        blocks = [index for batch in run_batches for index in batch]
+        layer[(split, f)] = (
+            _scratch_split, [(indices.name, *index, 0) for index in blocks],
+            [_block_offsets(indices.chunks, index) for index in blocks], params.shape, params.chunks[:merged],
+            b, negative, run, f, first, [sum(map(tuples, batch)) for batch in run_batches], group_size,
         )
-    layer[(plan, 0)] = (_scratch_plan, run, group_size, *[(split, j) for j in range(len(batches))])
+    layer[(plan, 0)] = (_scratch_plan, run, group_size, *[(split, f) for f in range(len(files))])
     slice_names = {s: ".".join(map(str, s)) or "0" for s in slice_blocks}
     groups = range(0, len(params_blocks), group_size)
     for g, first in enumerate(groups):
@@ -599,6 +638,7 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
             ]
             layer[(serve, g, *s)] = (
                 _scratch_serve, blocks, (plan, 0), run, g, group_size, merged, slice_names[s], read_rows,
+                batches_per_file,
             )
     layer[(served, 0)] = (_after_all, *[(serve, g, *s) for g in range(len(groups)) for s in slice_blocks])
     outputs = len(batches) * len(slice_blocks)
@@ -606,7 +646,8 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
         for s in slice_blocks:
             row_shape = tuple(params.chunks[merged + k][i] for k, i in enumerate(s))
             layer[(assemble, j, *s)] = (
-                _scratch_assemble, (served, 0), (plan, 0), run, j, row_shape, params.dtype, slice_names[s], outputs,
+                _scratch_assemble, (served, 0), (plan, 0), run, j, row_shape, params.dtype, slice_names[s],
+                read_rows, outputs,
             )
             start = 0
             for index in batch:

@@ -395,7 +395,8 @@ def _stage(graph, stage):
 def test_scratch_plan_batches_indices_blocks(tmp_path, lead, index_chunks):
     # A 16 KiB budget: an output block of 50 rows of 4 float32 is 800 bytes and a batch holds
     # up to a quarter of the budget (5 blocks; 10 with params chunked in two along the row, one
-    # batch per slice block). 2-D indices batch their blocks in C order.
+    # batch per slice block). A split task takes one batch here (a run of batches would hold
+    # more than half the budget at 128 bytes a tuple). 2-D indices batch their blocks in C order.
     rng = np.random.default_rng(12)
     values = rng.random((64, 8, 4), dtype=np.float32)
     index = np.stack([rng.integers(-64, 64, lead), rng.integers(-8, 8, lead)], axis=-1)
@@ -412,15 +413,36 @@ def test_scratch_plan_batches_indices_blocks(tmp_path, lead, index_chunks):
         assert _files(tmp_path) == []
 
 
+@pytest.mark.parametrize("params_chunks,batches,slices,splits", [((8, 8, 64), 19, 1, 5), ((8, 8, 32), 10, 2, 5)])
+def test_scratch_plan_splits_runs_of_batches(tmp_path, params_chunks, batches, slices, splits):
+    # Rows of 64 float32 (256 bytes) make a split's 128 bytes a tuple small beside them. A
+    # 32 KiB budget: a batch holds 8 KiB of rows (8 blocks of 4 tuples), a split task 16 KiB
+    # of tuples (128: 4 batches), so 150 indices blocks make 19 batches and 5 split tasks (the
+    # last one short). With the rows in two slice blocks (128 bytes each): batches of 16
+    # blocks, 2 to a split task, each batch assembled once per slice block.
+    rng = np.random.default_rng(13)
+    values = rng.random((64, 8, 64), dtype=np.float32)
+    index = np.stack([rng.integers(-64, 64, 600), rng.integers(0, 8, 600)], axis=-1)
+    indices = da.from_array(index, chunks=(4, 2))
+    y = _scratch_gather(da.from_array(values, chunks=params_chunks), indices, tmp_path, chunk_size="32KiB")
+    graph = dict(y.__dask_graph__())
+    assert len(_stage(graph, "split")) == splits
+    assert len(_stage(graph, "assemble")) == batches * slices
+    assert_same(y.compute(), values[index[:, 0], index[:, 1]])
+    assert _files(tmp_path) == []
+
+
 def test_scratch_plan_batch_reports_a_bad_index_in_its_own_block(tmp_path):
-    # Batches of 3 blocks of 10 tuples (160 bytes of output each, a 2 KiB budget); the third
-    # block of the first batch holds the bad tuple: the message gives its position in indices.
-    values = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
+    # Rows of 128 int32 (512 bytes) and a 64 KiB budget: batches of 3 blocks of 10 tuples, one
+    # split task for all 4 blocks. The bad tuple is in the third block: the message gives its
+    # position in indices.
+    values = np.arange(64 * 128, dtype=np.int32).reshape(64, 128)
     index = np.zeros((40, 1), np.int64)
     index[27, 0] = 64
-    y = _scratch_gather(da.from_array(values, chunks=(8, 4)), da.from_array(index, chunks=(10, 1)), tmp_path,
-                        chunk_size="2KiB")
-    assert len(_stage(dict(y.__dask_graph__()), "split")) == 2
+    y = _scratch_gather(da.from_array(values, chunks=(8, 128)), da.from_array(index, chunks=(10, 1)), tmp_path,
+                        chunk_size="64KiB")
+    graph = dict(y.__dask_graph__())
+    assert len(_stage(graph, "split")) == 1 and len(_stage(graph, "assemble")) == 2
     with pytest.raises(IndexError, match=r"^indices\[27, 0\] = 64 is out of range for dimension 0 of size 64"):
         y.compute()
 

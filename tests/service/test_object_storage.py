@@ -380,6 +380,24 @@ def test_scratch_files_upload_in_small_parts(endpoint, bucket):
     assert _scratch_objects(bucket) == []
 
 
+@pytest.mark.parametrize("mib", [1, 12])
+def test_a_scratch_file_whose_writer_fails_is_not_published(endpoint, bucket, mib):
+    """Small (one PUT) or in parts (a multipart upload): an error while writing leaves no
+    object, and no multipart upload open on the server."""
+    from ops._scratch import Scratch
+
+    options = {"key": KEY, "secret": SECRET, "client_kwargs": {"endpoint_url": endpoint}}
+    run = Scratch(f"s3://{BUCKET}/{PREFIX}/scratch/failed-write", options)
+    with pytest.raises(RuntimeError, match="the task failed"):
+        with run.open_write("pieces/0-0") as f:
+            for _ in range(mib):
+                f.write(b"x" * 2**20)
+            raise RuntimeError("the task failed")
+    assert _scratch_objects(bucket) == []
+    uploads = bucket.call_s3("list_multipart_uploads", Bucket=BUCKET)
+    assert uploads.get("Uploads", []) == []
+
+
 def test_the_start_up_sweep_removes_scratch_left_by_a_stopped_service(client, bucket):
     bucket.pipe(f"{BUCKET}/{PREFIX}/scratch/job-x-1/gather_nd-abc/requests/0", b"left")
     store_of(client).sweep()
