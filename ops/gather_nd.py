@@ -447,14 +447,17 @@ def _scratch_split(index_blocks, offsets, params_shape, params_chunks, b, negati
 def _scratch_plan(run, group_size: int, *counts):
     """Barrier after every split: where each request and each gathered row lives.
 
-    Params blocks are served in groups of ``group_size`` consecutive blocks, one piece file
-    per group whose rows are ordered by batch (of indices blocks), then params block, then
-    request. A group's requests are one section of each request file and a batch's rows one
-    range of each piece file, so an object store sees one GET per (request file, group) and
-    one per (batch, group), not one per pair of blocks. Written as one record per group
-    (``plan/by-group``: where its section of each request file starts and how long it is,
-    then its requests per params block and batch) and one per batch (``plan/by-batch``: its
-    rows in each piece file and where they start); returns (batches, request files, groups).
+    Params blocks are served in groups of ``group_size`` consecutive blocks. A group's
+    requests are one section of each request file, and it serves each section to a piece
+    file of its own, whose rows are ordered by batch (of indices blocks), then params block,
+    then request: a batch's rows are one range of each group's piece file for its run of
+    batches. An object store sees one GET per (request file, group) and one per (batch,
+    group), not one per pair of blocks, and a range never comes from an object larger than a
+    run's share of a group (some servers read the whole object for each range). Written as
+    one record per group (``plan/by-group``: where its section of each request file starts
+    and how long it is, then its requests per params block and batch) and one per batch
+    (``plan/by-batch``: its rows in each group's piece file and where they start); returns
+    (batches, request files, groups).
     """
     files = [len(c) for c in counts]
     count = np.concatenate(counts)  # [batch, params block]
@@ -467,7 +470,8 @@ def _scratch_plan(run, group_size: int, *counts):
     file_starts = np.cumsum(files) - files
     section = np.add.reduceat(group_count, file_starts, axis=0)  # [request file, group]: rows
     section_start = np.cumsum(section, axis=1) - section  # within its request file
-    piece_start = np.cumsum(group_count, axis=0) - group_count  # within a group's piece file
+    before = np.cumsum(group_count, axis=0) - group_count
+    piece_start = before - np.repeat(before[file_starts], files, axis=0)  # within its piece file
     records = np.concatenate(
         [section_start.T, section.T, by_group.transpose(1, 2, 0).reshape(groups, -1)], axis=1
     )
@@ -490,25 +494,25 @@ def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
 
 def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int, slice_name: str,
                    read_rows: int, batches_per_file: int):
-    """One group of params blocks (one slice block of each) serves every request for it, in
-    batch order, to ``run/pieces/<group>-<slice>``: each block is read once, its section of
-    the request files a few at a time (about ``read_rows`` rows)."""
+    """One group of params blocks (one slice block of each) serves every request for it: each
+    block is read once, its section of the request files a few at a time (about
+    ``read_rows`` rows), each section in batch order to ``run/pieces/<group>-<file>-<slice>``."""
     n_batches, n_files, _ = plan_shape
     record = _plan_record(run, "by-group", g, 2 * n_files + group_size * n_batches)
     starts, sizes = record[:n_files], record[n_files : 2 * n_files]
     counts = record[2 * n_files :].reshape(group_size, n_batches)[: len(blocks)]  # the last group may be short
     views = [_rows_view(block, merged) for block in blocks]
     wanted = np.flatnonzero(sizes)
-    with run.open_write(f"pieces/{g}-{slice_name}") as out:
-        for reading in _runs(wanted, sizes[wanted], read_rows):
-            data = run.read_ranges(
-                [f"requests/{f}" for f in reading],
-                [int(starts[f]) * 8 for f in reading],
-                [int(starts[f] + sizes[f]) * 8 for f in reading],
-            )
-            for f, requests in zip(reading, data):
-                rows = np.frombuffer(requests, np.int64)
-                position = 0
+    for reading in _runs(wanted, sizes[wanted], read_rows):
+        data = run.read_ranges(
+            [f"requests/{f}" for f in reading],
+            [int(starts[f]) * 8 for f in reading],
+            [int(starts[f] + sizes[f]) * 8 for f in reading],
+        )
+        for f, requests in zip(reading, data):
+            rows = np.frombuffer(requests, np.int64)
+            position = 0
+            with run.open_write(f"pieces/{g}-{f}-{slice_name}") as out:
                 for batch in range(f * batches_per_file, min((f + 1) * batches_per_file, n_batches)):
                     for view, n in zip(views, counts[:, batch]):
                         if n:
@@ -535,11 +539,11 @@ def _as_bytes(array: np.ndarray) -> memoryview:
 
 
 def _scratch_assemble(_served, plan_shape, run, batch: int, row_shape, dtype, slice_name: str, read_rows: int,
-                      outputs: int):
+                      batches_per_file: int, outputs: int):
     """One batch of output blocks (one slice block of each): the rows of its blocks one after
-    the other, from its positions file and one range of every group's piece file, a few piece
-    files (about ``read_rows`` rows) at a time. The last batch to finish removes the run's
-    files."""
+    the other, from its positions file and one range of every group's piece file for its run
+    of batches, a few piece files (about ``read_rows`` rows) at a time. The last batch to
+    finish removes the run's files."""
     _, _, groups = plan_shape
     count, piece_start = _plan_record(run, "by-batch", batch, 2 * groups).reshape(2, groups)
     positions = np.frombuffer(run.read(f"positions/{batch}"), np.int64)
@@ -549,7 +553,7 @@ def _scratch_assemble(_served, plan_shape, run, batch: int, row_shape, dtype, sl
     position = 0  # the positions and the pieces are both in params-block order
     for reading in _runs(hit, count[hit], read_rows):
         data = run.read_ranges(
-            [f"pieces/{g}-{slice_name}" for g in reading],
+            [f"pieces/{g}-{batch // batches_per_file}-{slice_name}" for g in reading],
             [int(piece_start[g]) * row_bytes for g in reading],
             [int(piece_start[g] + count[g]) * row_bytes for g in reading],
         )
@@ -647,7 +651,7 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
             row_shape = tuple(params.chunks[merged + k][i] for k, i in enumerate(s))
             layer[(assemble, j, *s)] = (
                 _scratch_assemble, (served, 0), (plan, 0), run, j, row_shape, params.dtype, slice_names[s],
-                read_rows, outputs,
+                read_rows, batches_per_file, outputs,
             )
             start = 0
             for index in batch:
