@@ -17,6 +17,8 @@ caller depends on the block keys as usual.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from dask.array.core import getter, getter_inline, getter_nofancy
 from dask.core import istask
@@ -105,6 +107,11 @@ class BlockReads:
                 for s, lo in zip(slices, local)
             )
         return (func, source, slices, *extra)
+
+    def reader(self, index):
+        """A task whose value is a function of no arguments that reads ``x``'s block ``index``:
+        for a task that reads several blocks one at a time."""
+        return (functools.partial, *self.read(index))
 
 
 def refined(chunks, new_chunks):

@@ -21,10 +21,12 @@ output task that reads them.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Mapping
 
@@ -94,6 +96,48 @@ class Scratch:
                 raise
             f.close()
 
+    @contextlib.contextmanager
+    def open_write_at(self, files: list[tuple[str, int, int]]):
+        """Files written at any offset, each published once all are complete.
+
+        ``files`` are (name, start, size): consecutive ranges of one byte space, in which
+        ``write_at(offset, data)`` writes (across files too). Local files are written in
+        place; for an object store the bytes go to a local temporary file (the system's, or
+        Dask's ``temporary-directory``) and are uploaded, a part at a time, at the end.
+        """
+        fs, _ = self._fs_root
+        if not files:
+            yield _WriteAt([], [])
+            return
+        base = files[0][1]
+        if isinstance(fs, LocalFileSystem):
+            paths = [self.path(name) for name, _, _ in files]
+            partials = [f"{path}.partial-{uuid.uuid4().hex[:8]}" for path in paths]
+            fds = []
+            try:
+                for partial in partials:
+                    os.makedirs(os.path.dirname(partial), exist_ok=True)
+                    fds.append(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+                yield _WriteAt(fds, [start for _, start, _ in files])
+                for fd, partial, path in zip(fds, partials, paths):
+                    os.close(fd)
+                    os.replace(partial, path)
+                fds = []
+            finally:
+                for fd in fds:
+                    os.close(fd)
+                for partial in partials:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(partial)
+        else:
+            with tempfile.TemporaryFile(dir=dask.config.get("temporary-directory", None)) as temporary:
+                fd = temporary.fileno()
+                yield _WriteAt([fd], [base])  # one file for all
+                for name, start, size in files:
+                    with self.open_write(name) as out:
+                        for offset in range(start - base, start - base + size, UPLOAD_PART_BYTES):
+                            out.write(os.pread(fd, min(UPLOAD_PART_BYTES, start - base + size - offset), offset))
+
     def write(self, name: str, data) -> None:
         with self.open_write(name) as f:
             f.write(data)
@@ -133,6 +177,23 @@ class Scratch:
         fs, root = self._fs_root
         with contextlib.suppress(FileNotFoundError):
             fs.rm(root, recursive=True)
+
+
+class _WriteAt:
+    """``write_at(offset, data)`` in a byte space cut into files at ``starts`` (ascending): each
+    byte goes to the file whose range holds it, at its offset from that file's start."""
+
+    def __init__(self, fds: list[int], starts: list[int]):
+        self._fds = fds
+        self._starts = starts
+
+    def write_at(self, offset: int, data) -> None:
+        view = memoryview(data).cast("B")
+        while view.nbytes:
+            k = bisect.bisect_right(self._starts, offset) - 1
+            end = self._starts[k + 1] if k + 1 < len(self._starts) else offset + view.nbytes
+            written = os.pwrite(self._fds[k], view[: end - offset], offset - self._starts[k])
+            view, offset = view[written:], offset + written
 
 
 def _abandon(f) -> None:

@@ -493,31 +493,54 @@ def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
 
 
 def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int, slice_name: str,
-                   read_rows: int, batches_per_file: int):
-    """One group of params blocks (one slice block of each) serves every request for it: each
-    block is read once, its section of the request files a few at a time (about
-    ``read_rows`` rows), each section in batch order to ``run/pieces/<group>-<file>-<slice>``."""
+                   row_bytes: int, read_rows: int, request_budget: int, batches_per_file: int):
+    """One group of params blocks (one slice block of each) serves every request for it.
+
+    ``blocks`` holds the blocks, or functions that read them: a block is read (and used) one
+    at a time, once per run of request files, so a group of functions can be larger than
+    memory. The group's sections of the request files are read a run of files at a time (up
+    to ``request_budget`` requests), and each block's rows, taken ``read_rows`` at a time, are
+    written in place: the piece file of each request file (``run/pieces/<group>-<file>-<slice>``)
+    holds its rows in (batch, params block, request) order, and all are published at the end.
+    A block no request hits is not read.
+    """
     n_batches, n_files, _ = plan_shape
     record = _plan_record(run, "by-group", g, 2 * n_files + group_size * n_batches)
     starts, sizes = record[:n_files], record[n_files : 2 * n_files]
     counts = record[2 * n_files :].reshape(group_size, n_batches)[: len(blocks)]  # the last group may be short
-    views = [_rows_view(block, merged) for block in blocks]
+    # The group's rows in (batch, block) order: the request files' sections one after the other.
+    flat = counts.T.reshape(-1)
+    segment_start = (np.cumsum(flat) - flat).reshape(n_batches, len(blocks))
+    file_start = np.cumsum(sizes) - sizes
     wanted = np.flatnonzero(sizes)
-    for reading in _runs(wanted, sizes[wanted], read_rows):
-        data = run.read_ranges(
-            [f"requests/{f}" for f in reading],
-            [int(starts[f]) * 8 for f in reading],
-            [int(starts[f] + sizes[f]) * 8 for f in reading],
-        )
-        for f, requests in zip(reading, data):
-            rows = np.frombuffer(requests, np.int64)
-            position = 0
-            with run.open_write(f"pieces/{g}-{f}-{slice_name}") as out:
-                for batch in range(f * batches_per_file, min((f + 1) * batches_per_file, n_batches)):
-                    for view, n in zip(views, counts[:, batch]):
-                        if n:
-                            out.write(_as_bytes(np.take(view, rows[position : position + n], axis=0)))
-                            position += int(n)
+    layout = [(f"pieces/{g}-{f}-{slice_name}", int(file_start[f]) * row_bytes, int(sizes[f]) * row_bytes)
+              for f in wanted]
+    with run.open_write_at(layout) as out:
+        for reading in _runs(wanted, sizes[wanted], request_budget):
+            data = run.read_ranges(
+                [f"requests/{f}" for f in reading],
+                [int(starts[f]) * 8 for f in reading],
+                [int(starts[f] + sizes[f]) * 8 for f in reading],
+            )
+            requests = np.concatenate([np.frombuffer(d, np.int64) for d in data])
+            del data
+            first_row = int(file_start[reading[0]])
+            batches = np.arange(reading[0] * batches_per_file, min((reading[-1] + 1) * batches_per_file, n_batches))
+            for k, item in enumerate(blocks):
+                n = counts[k, batches]
+                if not n.any():
+                    continue
+                view = _rows_view(item() if callable(item) else item, merged)
+                # This block's requests: one run of rows per batch, in the run's requests.
+                offsets = segment_start[batches, k] - first_row - (np.cumsum(n) - n)
+                rows = np.arange(int(n.sum())) + np.repeat(offsets, n)
+                for a in range(0, len(rows), read_rows):
+                    part = rows[a : a + read_rows]
+                    served = np.take(view, requests[part], axis=0)
+                    breaks = [0, *(np.flatnonzero(np.diff(part) != 1) + 1), len(part)]
+                    for lo, hi in zip(breaks, breaks[1:]):
+                        out.write_at((first_row + int(part[lo])) * row_bytes, _as_bytes(served[lo:hi]))
+                del view
 
 
 def _runs(items: np.ndarray, sizes: np.ndarray, limit: int):
@@ -611,12 +634,15 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     row_bytes = math.prod(params.chunksize[merged:]) * params.dtype.itemsize
     read_rows = max(1, target // 8 // max(row_bytes, 1))
     block_bytes = math.prod(params.chunksize) * params.dtype.itemsize
-    group_size = max(1, target // 2 // max(block_bytes, 1))
+    source = _block_reads.BlockReads.of(params)
+    # Blocks a serve task reads itself, one at a time: a group of twice the chunk size; blocks
+    # that come as the task's arguments are all in its memory: half.
+    group_size = max(1, (2 * target if source is not None else target // 2) // max(block_bytes, 1))
+    request_budget = max(1, target // 8 // 8)
     block_tuples = math.prod(indices.chunksize[:-1])
     batch_size = max(1, target // 4 // max(block_tuples * row_bytes, 1))
     batches = [lead_blocks[first : first + batch_size] for first in range(0, len(lead_blocks), batch_size)]
     batches_per_file = max(1, target // 2 // _SPLIT_BYTES_PER_TUPLE // max(batch_size * block_tuples, 1))
-    source = _block_reads.BlockReads.of(params)
 
     def tuples(index):
         return math.prod(indices.chunks[k][i] for k, i in enumerate(index))
@@ -637,12 +663,13 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     for g, first in enumerate(groups):
         for s in slice_blocks:
             blocks = [
-                (params.name, *block, *s) if source is None else source.read((*block, *s))
+                (params.name, *block, *s) if source is None else source.reader((*block, *s))
                 for block in params_blocks[first : first + group_size]
             ]
+            row_shape = tuple(params.chunks[merged + k][i] for k, i in enumerate(s))
             layer[(serve, g, *s)] = (
-                _scratch_serve, blocks, (plan, 0), run, g, group_size, merged, slice_names[s], read_rows,
-                batches_per_file,
+                _scratch_serve, blocks, (plan, 0), run, g, group_size, merged, slice_names[s],
+                math.prod(row_shape) * params.dtype.itemsize, read_rows, request_budget, batches_per_file,
             )
     layer[(served, 0)] = (_after_all, *[(serve, g, *s) for g in range(len(groups)) for s in slice_blocks])
     outputs = len(batches) * len(slice_blocks)

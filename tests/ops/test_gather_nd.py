@@ -3,12 +3,14 @@ reference; the three Dask plans against the NumPy path; index errors; sparse gra
 
 from __future__ import annotations
 
+import collections
 import math
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
+import zarr
 from dask.core import get_dependencies
 from hypothesis import given
 from hypothesis import strategies as st
@@ -359,11 +361,10 @@ def test_scratch_plan_reads_each_params_block_once_and_leaves_no_files(tmp_path)
 
 @pytest.mark.parametrize("source", ["numpy", "zarr"])
 def test_scratch_plan_serves_params_blocks_in_groups(tmp_path, source):
-    # 8 KiB of params in 1 KiB blocks and a 4 KiB chunk budget: groups of 2 blocks (half the
-    # budget), 4 serve tasks; with 9 blocks the last group has one. Zarr params are read
-    # inside the serve task (no block keys), NumPy-backed ones come from their block keys.
-    import zarr
-
+    # 8 KiB of params in 1 KiB blocks and a 4 KiB chunk budget. NumPy-backed params come from
+    # their block keys, all in the serve task's memory: groups of 2 blocks (half the budget),
+    # 4 serve tasks; with 9 blocks the last group has one. Zarr params are read inside the
+    # serve task, one block at a time (no block keys): groups of 8 (twice the budget).
     rng = np.random.default_rng(11)
     for rows in (64, 72):
         values = rng.random((rows, 8, 4), dtype=np.float32)
@@ -377,7 +378,7 @@ def test_scratch_plan_serves_params_blocks_in_groups(tmp_path, source):
         y = _scratch_gather(params, da.from_array(index, chunks=(50, 1)), tmp_path, chunk_size="4KiB")
         graph = dict(y.__dask_graph__())
         serves = [k for k in graph if isinstance(k, tuple) and str(k[0]).startswith("gather_nd-serve-")]
-        assert len(serves) == -(-params.npartitions // 2)
+        assert len(serves) == -(-params.npartitions // (2 if source == "numpy" else 8))
         if source == "numpy":
             readers = _readers(graph, params.name)
             assert len(readers) == params.npartitions and all(len(keys) == 1 for keys in readers.values())
@@ -447,13 +448,50 @@ def test_scratch_plan_batch_reports_a_bad_index_in_its_own_block(tmp_path):
         y.compute()
 
 
-def test_scratch_plan_serves_a_hot_block_in_batches(tmp_path):
-    # Every tuple hits params block 0: its serve task works through the requests a batch at a
-    # time (a 1 KiB chunk budget: 8 rows of 16 bytes per batch), not all at once.
+class _CountingStore(zarr.storage.MemoryStore):
+    """A Zarr store that counts the reads of each key."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = collections.Counter()
+
+    async def get(self, key, prototype, byte_range=None):
+        self.reads[key] += 1
+        return await super().get(key, prototype, byte_range)
+
+
+def _zarr_params(values, chunks):
+    store = _CountingStore()
+    z = zarr.create_array(store, shape=values.shape, chunks=chunks, dtype=values.dtype)
+    z[...] = values
+    store.reads.clear()
+    return da.from_zarr(z), store
+
+
+@pytest.mark.parametrize("source", ["numpy", "zarr"])
+def test_scratch_plan_serves_a_hot_block_in_batches(tmp_path, source):
+    # Every tuple hits params block 0 (a 1 KiB chunk budget): its serve task takes the rows 8
+    # at a time (16 bytes each) and reads the requests 16 at a time, not all at once; a block
+    # read inside the task is read again for each run of requests, and the blocks nobody
+    # asks for are not read.
     values = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
     index = np.random.default_rng(2).integers(0, 8, size=(500, 1))
-    y = _scratch_gather(da.from_array(values, chunks=(8, 4)), da.from_array(index, chunks=(70, 1)), tmp_path)
+    params, store = (da.from_array(values, chunks=(8, 4)), None) if source == "numpy" else _zarr_params(values, (8, 4))
+    y = _scratch_gather(params, da.from_array(index, chunks=(70, 1)), tmp_path)
     assert_same(y.compute(), values[index[:, 0]])
+    if store is not None:
+        assert set(store.reads) == {"c/0/0"} and store.reads["c/0/0"] > 1
+
+
+def test_scratch_plan_reads_a_stored_params_block_once_and_only_if_hit(tmp_path):
+    # A 32 KiB budget: one serve task for all 16 blocks, every request in one run.
+    rng = np.random.default_rng(14)
+    values = rng.random((128, 8, 4), dtype=np.float32)
+    index = rng.integers(0, 24, size=(300, 1))  # blocks 0, 1 and 2 of 16
+    params, store = _zarr_params(values, (8, 8, 4))
+    y = _scratch_gather(params, da.from_array(index, chunks=(50, 1)), tmp_path, chunk_size="32KiB")
+    assert_same(y.compute(), values[index[:, 0]])
+    assert store.reads == {"c/0/0/0": 1, "c/1/0/0": 1, "c/2/0/0": 1}
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)

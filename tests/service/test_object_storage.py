@@ -398,6 +398,29 @@ def test_a_scratch_file_whose_writer_fails_is_not_published(endpoint, bucket, mi
     assert uploads.get("Uploads", []) == []
 
 
+def test_scratch_files_written_at_offsets_go_up_whole_at_the_end(endpoint, bucket):
+    """A serve task writes its piece files out of order (block by block): through a local
+    temporary file, then one upload per file; nothing is published if the task fails."""
+    from ops._scratch import Scratch
+
+    options = {"key": KEY, "secret": SECRET, "client_kwargs": {"endpoint_url": endpoint}}
+    run = Scratch(f"s3://{BUCKET}/{PREFIX}/scratch/write-at", options)
+    first, second = bytes(range(256)) * 4096, bytes(range(255, -1, -1)) * 8192  # 1 MiB, 2 MiB
+    layout = [("pieces/0-0", 100, len(first)), ("pieces/0-1", 100 + len(first), len(second))]
+    with pytest.raises(RuntimeError, match="the task failed"):
+        with run.open_write_at(layout) as out:
+            out.write_at(100, first)
+            raise RuntimeError("the task failed")
+    assert _scratch_objects(bucket) == []
+    with run.open_write_at(layout) as out:
+        out.write_at(100 + len(first) - 10, first[-10:] + second[:1000])  # across the two files
+        out.write_at(100 + len(first) + 1000, second[1000:])
+        out.write_at(100, first[:-10])
+        assert _scratch_objects(bucket) == []  # published at the end only
+    assert run.read("pieces/0-0") == first and run.read("pieces/0-1") == second
+    run.remove()
+
+
 def test_the_start_up_sweep_removes_scratch_left_by_a_stopped_service(client, bucket):
     bucket.pipe(f"{BUCKET}/{PREFIX}/scratch/job-x-1/gather_nd-abc/requests/0", b"left")
     store_of(client).sweep()
