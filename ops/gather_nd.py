@@ -16,11 +16,12 @@ Plans, by what is lazy:
     (``_build_broadcast``): params as one block, read by every indices block (a cluster sends
     it once to each worker);
   * larger Dask params with a scratch store set (``ops.scratch``; ``_build_scratch``): the
-    exchange goes through files. Each batch of indices blocks writes its requests grouped by
-    params block, each group of params blocks (half of the chunk size) is read once and serves
-    all its requests to one file, and each batch reads its rows back, one range per group, and
-    hands each output block a view; two barrier tasks separate the stages, so tasks and graph
-    edges are linear in the blocks and a task holds about one group of blocks or one batch;
+    exchange goes through files. Runs of indices blocks write their requests grouped by
+    params block, each group of params blocks is read once, a block at a time, and serves all
+    its requests to files, and each batch of indices blocks reads its rows back, one range per
+    group, and hands each output block a view; two barrier tasks separate the stages, so
+    tasks and graph edges are linear in the blocks and a task holds about one block, one
+    group of blocks it was given, or one batch;
   * larger Dask params without one (``_build_shuffle``): the same exchange inside the graph,
     a request and a piece task per (indices block, params block) pair, all pieces in worker
     memory at once.
@@ -604,18 +605,18 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     """Lazy indices, large params: the all-to-all through a scratch store (ops/_scratch.py).
 
     split (per run of consecutive indices blocks: requests grouped by params block, to
-    scratch) -> one barrier (the counts) -> serve (per group of params blocks that fit in half
-    of Dask's chunk size: gathers their rows once, to scratch) -> one barrier -> assemble (per
-    batch of consecutive indices blocks: reads its rows from every group's piece file) -> one
-    view per output block.
+    scratch) -> one barrier (the counts) -> serve (per group of params blocks: gathers their
+    rows once, to scratch) -> one barrier -> assemble (per batch of consecutive indices
+    blocks: reads its rows from every group's piece file) -> one view per output block.
 
     Each stage reads one range of each of the other stage's files, and on an object store a
     range is a request: a serve task reads one per request file, a batch one per group. So
-    every side is as large as memory allows: a group's params blocks fill half of the chunk
-    size, a batch's output rows a quarter (the rows read back take as much again, in reads of
-    an eighth), and a split task's run of batches half at ``_SPLIT_BYTES_PER_TUPLE``. Tasks
-    and edges are linear in the blocks. Params read straight from a Zarr array are read
-    inside the serve task (no block keys held for it).
+    every side is as large as memory allows. Params read straight from a Zarr array are read
+    inside the serve task, one block at a time (no block keys held for it), so a group is
+    twice the chunk size; blocks that come as the task's arguments are all in its memory at
+    once, so a group is half. A batch's output rows fill a quarter (the rows read back take as
+    much again, in reads of an eighth), and a split task's run of batches half at
+    ``_SPLIT_BYTES_PER_TUPLE``. Tasks and edges are linear in the blocks.
     """
     c = indices.shape[-1]
     merged = b + c
