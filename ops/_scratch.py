@@ -65,6 +65,11 @@ class Scratch:
     def _fs_root(self):
         return _filesystem(self.url, json.dumps(dict(self.storage_options), sort_keys=True, default=str))
 
+    @property
+    def local(self) -> bool:
+        """True for a local directory (files take writes at any offset, ranges cost their bytes)."""
+        return isinstance(self._fs_root[0], LocalFileSystem)
+
     def path(self, name: str) -> str:
         fs, root = self._fs_root
         return f"{root.rstrip('/')}/{name}"

@@ -449,16 +449,14 @@ def _scratch_plan(run, group_size: int, *counts):
     """Barrier after every split: where each request and each gathered row lives.
 
     Params blocks are served in groups of ``group_size`` consecutive blocks. A group's
-    requests are one section of each request file, and it serves each section to a piece
-    file of its own, whose rows are ordered by batch (of indices blocks), then params block,
-    then request: a batch's rows are one range of each group's piece file for its run of
-    batches. An object store sees one GET per (request file, group) and one per (batch,
-    group), not one per pair of blocks, and a range never comes from an object larger than a
-    run's share of a group (some servers read the whole object for each range). Written as
-    one record per group (``plan/by-group``: where its section of each request file starts
-    and how long it is, then its requests per params block and batch) and one per batch
-    (``plan/by-batch``: its rows in each group's piece file and where they start); returns
-    (batches, request files, groups).
+    requests are one section of each request file, and it serves them in batch (of indices
+    blocks) order, then params block, then request: a batch's rows from a group are one range
+    of the group's rows (``_piece``). An object store sees one GET per (request file, group)
+    and one per (batch, group), not one per pair of blocks. Written as one record per group
+    (``plan/by-group``: where its section of each request file starts and how long it is,
+    then its requests per params block and batch) and one per batch (``plan/by-batch``: its
+    rows from each group and where they start among the group's rows); returns (batches,
+    request files, groups).
     """
     files = [len(c) for c in counts]
     count = np.concatenate(counts)  # [batch, params block]
@@ -471,8 +469,7 @@ def _scratch_plan(run, group_size: int, *counts):
     file_starts = np.cumsum(files) - files
     section = np.add.reduceat(group_count, file_starts, axis=0)  # [request file, group]: rows
     section_start = np.cumsum(section, axis=1) - section  # within its request file
-    before = np.cumsum(group_count, axis=0) - group_count
-    piece_start = before - np.repeat(before[file_starts], files, axis=0)  # within its piece file
+    piece_start = np.cumsum(group_count, axis=0) - group_count  # among the group's rows
     records = np.concatenate(
         [section_start.T, section.T, by_group.transpose(1, 2, 0).reshape(groups, -1)], axis=1
     )
@@ -488,6 +485,18 @@ def _plan_record(run, which: str, k: int, length: int) -> np.ndarray:
     return np.frombuffer(data, np.int64)
 
 
+def _piece(run, g: int, batch: int, slice_name: str, start: int) -> tuple[str, int]:
+    """The file holding the rows a batch takes from a group, and the row where they start.
+
+    On a local disk, one file per group (reading a range of it costs its bytes). On an object
+    store, one object per (group, batch), read whole: some servers (moto) read the whole
+    object for each ranged GET, and an object per batch costs the writer as many PUTs as a
+    group's file would take multipart upload requests."""
+    if run.local:
+        return f"pieces/{g}-{slice_name}", start
+    return f"pieces/{g}-{batch}-{slice_name}", 0
+
+
 def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
     view = _merged_view(block, merged)
     return view if view is not None else block.reshape(math.prod(block.shape[:merged]), *block.shape[merged:])
@@ -501,9 +510,8 @@ def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int
     at a time, once per run of request files, so a group of functions can be larger than
     memory. The group's sections of the request files are read a run of files at a time (up
     to ``request_budget`` requests), and each block's rows, taken ``read_rows`` at a time, are
-    written in place: the piece file of each request file (``run/pieces/<group>-<file>-<slice>``)
-    holds its rows in (batch, params block, request) order, and all are published at the end.
-    A block no request hits is not read.
+    written in place in (batch, params block, request) order to the piece files
+    (``_piece``), all published at the end. A block no request hits is not read.
     """
     n_batches, n_files, _ = plan_shape
     record = _plan_record(run, "by-group", g, 2 * n_files + group_size * n_batches)
@@ -514,8 +522,13 @@ def _scratch_serve(blocks, plan_shape, run, g: int, group_size: int, merged: int
     segment_start = (np.cumsum(flat) - flat).reshape(n_batches, len(blocks))
     file_start = np.cumsum(sizes) - sizes
     wanted = np.flatnonzero(sizes)
-    layout = [(f"pieces/{g}-{f}-{slice_name}", int(file_start[f]) * row_bytes, int(sizes[f]) * row_bytes)
-              for f in wanted]
+    batch_rows = counts.sum(axis=0)
+    layout = {}
+    for batch in np.flatnonzero(batch_rows):
+        name, _ = _piece(run, g, batch, slice_name, 0)
+        start, size = layout.get(name, (int(segment_start[batch, 0]), 0))
+        layout[name] = start, size + int(batch_rows[batch])
+    layout = [(name, start * row_bytes, size * row_bytes) for name, (start, size) in layout.items()]
     with run.open_write_at(layout) as out:
         for reading in _runs(wanted, sizes[wanted], request_budget):
             data = run.read_ranges(
@@ -563,11 +576,11 @@ def _as_bytes(array: np.ndarray) -> memoryview:
 
 
 def _scratch_assemble(_served, plan_shape, run, batch: int, row_shape, dtype, slice_name: str, read_rows: int,
-                      batches_per_file: int, outputs: int):
+                      outputs: int):
     """One batch of output blocks (one slice block of each): the rows of its blocks one after
-    the other, from its positions file and one range of every group's piece file for its run
-    of batches, a few piece files (about ``read_rows`` rows) at a time. The last batch to
-    finish removes the run's files."""
+    the other, from its positions file and its rows from every group (``_piece``), a few
+    groups (about ``read_rows`` rows) at a time. The last batch to finish removes the run's
+    files."""
     _, _, groups = plan_shape
     count, piece_start = _plan_record(run, "by-batch", batch, 2 * groups).reshape(2, groups)
     positions = np.frombuffer(run.read(f"positions/{batch}"), np.int64)
@@ -576,10 +589,11 @@ def _scratch_assemble(_served, plan_shape, run, batch: int, row_shape, dtype, sl
     hit = np.flatnonzero(count)
     position = 0  # the positions and the pieces are both in params-block order
     for reading in _runs(hit, count[hit], read_rows):
+        pieces = [_piece(run, g, batch, slice_name, int(piece_start[g])) for g in reading]
         data = run.read_ranges(
-            [f"pieces/{g}-{batch // batches_per_file}-{slice_name}" for g in reading],
-            [int(piece_start[g]) * row_bytes for g in reading],
-            [int(piece_start[g] + count[g]) * row_bytes for g in reading],
+            [name for name, _ in pieces],
+            [start * row_bytes for _, start in pieces],
+            [(start + int(count[g])) * row_bytes for (_, start), g in zip(pieces, reading)],
         )
         for g, piece in zip(reading, data):
             n = int(count[g])
@@ -679,7 +693,7 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
             row_shape = tuple(params.chunks[merged + k][i] for k, i in enumerate(s))
             layer[(assemble, j, *s)] = (
                 _scratch_assemble, (served, 0), (plan, 0), run, j, row_shape, params.dtype, slice_names[s],
-                read_rows, batches_per_file, outputs,
+                read_rows, outputs,
             )
             start = 0
             for index in batch:

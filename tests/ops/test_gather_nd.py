@@ -414,23 +414,28 @@ def test_scratch_plan_batches_indices_blocks(tmp_path, lead, index_chunks):
         assert _files(tmp_path) == []
 
 
+@pytest.mark.parametrize("store", ["local", "object"])
 @pytest.mark.parametrize("params_chunks,batches,slices,splits", [((8, 8, 64), 19, 1, 5), ((8, 8, 32), 10, 2, 5)])
-def test_scratch_plan_splits_runs_of_batches(tmp_path, params_chunks, batches, slices, splits):
+def test_scratch_plan_splits_runs_of_batches(tmp_path, params_chunks, batches, slices, splits, store):
     # Rows of 64 float32 (256 bytes) make a split's 128 bytes a tuple small beside them. A
     # 32 KiB budget: a batch holds 8 KiB of rows (8 blocks of 4 tuples), a split task 16 KiB
     # of tuples (128: 4 batches), so 150 indices blocks make 19 batches and 5 split tasks (the
     # last one short). With the rows in two slice blocks (128 bytes each): batches of 16
-    # blocks, 2 to a split task, each batch assembled once per slice block.
+    # blocks, 2 to a split task, each batch assembled once per slice block. "object": the
+    # scratch in fsspec's memory file system, written as an object store is (whole files).
+    import fsspec
+
     rng = np.random.default_rng(13)
     values = rng.random((64, 8, 64), dtype=np.float32)
     index = np.stack([rng.integers(-64, 64, 600), rng.integers(0, 8, 600)], axis=-1)
     indices = da.from_array(index, chunks=(4, 2))
-    y = _scratch_gather(da.from_array(values, chunks=params_chunks), indices, tmp_path, chunk_size="32KiB")
+    scratch = tmp_path if store == "local" else f"memory://{tmp_path.name}"
+    y = _scratch_gather(da.from_array(values, chunks=params_chunks), indices, scratch, chunk_size="32KiB")
     graph = dict(y.__dask_graph__())
     assert len(_stage(graph, "split")) == splits
     assert len(_stage(graph, "assemble")) == batches * slices
     assert_same(y.compute(), values[index[:, 0], index[:, 1]])
-    assert _files(tmp_path) == []
+    assert _files(tmp_path) == [] and fsspec.filesystem("memory").find(f"/{tmp_path.name}") == []
 
 
 def test_scratch_plan_batch_reports_a_bad_index_in_its_own_block(tmp_path):
