@@ -96,10 +96,10 @@ class Scratch:
             f = fs.open(path, "wb", block_size=UPLOAD_PART_BYTES)
             try:
                 yield f
-            except BaseException:
+                f.close()
+            except BaseException:  # the writer's error, or the upload's own
                 _abandon(f)
                 raise
-            f.close()
 
     @contextlib.contextmanager
     def open_write_at(self, files: list[tuple[str, int, int]]):
@@ -110,12 +110,11 @@ class Scratch:
         place; for an object store the bytes go to a local temporary file (the system's, or
         Dask's ``temporary-directory``) and are uploaded, a part at a time, at the end.
         """
-        fs, _ = self._fs_root
         if not files:
             yield _WriteAt([], [])
             return
         base = files[0][1]
-        if isinstance(fs, LocalFileSystem):
+        if self.local:
             paths = [self.path(name) for name, _, _ in files]
             partials = [f"{path}.partial-{uuid.uuid4().hex[:8]}" for path in paths]
             fds = []
@@ -124,10 +123,10 @@ class Scratch:
                     os.makedirs(os.path.dirname(partial), exist_ok=True)
                     fds.append(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
                 yield _WriteAt(fds, [start for _, start, _ in files])
-                for fd, partial, path in zip(fds, partials, paths):
-                    os.close(fd)
+                while fds:
+                    os.close(fds.pop())
+                for partial, path in zip(partials, paths):
                     os.replace(partial, path)
-                fds = []
             finally:
                 for fd in fds:
                     os.close(fd)
