@@ -80,7 +80,7 @@ class Scratch:
         half a file, and a task that runs twice replaces it whole)."""
         fs, _ = self._fs_root
         path = self.path(name)
-        if isinstance(fs, LocalFileSystem):
+        if self.local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             partial = f"{path}.partial-{uuid.uuid4().hex[:8]}"
             try:

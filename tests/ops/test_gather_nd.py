@@ -561,6 +561,28 @@ def test_scratch_helper_sets_the_config_for_the_build(tmp_path):
     assert y.compute().tolist() == [[252, 253, 254, 255], [0, 1, 2, 3]]
 
 
+def test_scratch_files_written_at_offsets_on_a_local_disk(tmp_path):
+    """Several files in one byte space, written in place out of order (a write may cross into
+    the next file); they appear only when all are complete, and not at all on a failure."""
+    from ops._scratch import Scratch
+
+    run = Scratch(str(tmp_path / "run"))
+    layout = [("pieces/a", 100, 5), ("pieces/b", 105, 7)]
+    with pytest.raises(RuntimeError, match="the task failed"):
+        with run.open_write_at(layout) as out:
+            out.write_at(100, b"01234")
+            raise RuntimeError("the task failed")
+    assert _files(tmp_path) == []
+    with run.open_write_at(layout) as out:
+        out.write_at(103, b"34abc")  # across the two files
+        out.write_at(108, b"defg")
+        out.write_at(100, b"012")
+        partial = _files(tmp_path)
+        assert len(partial) == 2 and all(".partial-" in f for f in partial)  # not published yet
+    assert run.read("pieces/a") == b"01234" and run.read("pieces/b") == b"abcdefg"
+    assert _files(tmp_path) == ["run/pieces/a", "run/pieces/b"]
+
+
 def test_a_missing_scratch_file_is_named(tmp_path):
     """A block recomputed after the run removed its files says so, not a TypeError."""
     values = np.arange(64 * 4).reshape(64, 4)

@@ -327,7 +327,6 @@ def test_building_is_lazy_and_quick_on_huge_arrays():
 
 
 def _zarr_zeros(shape, chunks, dtype=np.float32) -> da.Array:
-
     z = zarr.create_array(zarr.storage.MemoryStore(), shape=shape, chunks=chunks, dtype=dtype, fill_value=0)
     return da.from_zarr(z)
 
