@@ -62,6 +62,7 @@ from zarr.codecs import ZstdCodec
 
 import ops
 from bench.common import Processes, free_port, machine, wait_until
+from service.fsspec_store import ObjectStore
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -272,7 +273,8 @@ class S3Storage:
                                   "-master.garbageThreshold=0.01", "-volume.max=200"])
 
     def store(self, name: str):
-        return zarr.storage.FsspecStore.from_url(f"s3://{self.BUCKET}/{name}.zarr", storage_options=self.options,
+        # The service's store class (service/fsspec_store.py: zarr's, minus a copy per write).
+        return ObjectStore.from_url(f"s3://{self.BUCKET}/{name}.zarr", storage_options=self.options,
                                                  read_only=False)
 
     def remove(self, name: str) -> None:

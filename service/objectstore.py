@@ -39,6 +39,7 @@ import xarray as xr
 from zarr.storage import FsspecStore
 
 from service.errors import PROJECT, ServiceError, conflict, no_such_array
+from service.fsspec_store import ObjectStore
 from service.records import now
 from service.settings import Settings
 from service.storage import (_KEY_PART, NAME, ArrayStore, Located, NpyUpload, _configured_scratch, check_name,
@@ -368,7 +369,7 @@ class ObjectArrayStore(ArrayStore):
 
     def _zarr_store(self, version: Version, read_only: bool, sub: str = "") -> FsspecStore:
         url = f"{version.url}/{sub}" if sub else version.url
-        return FsspecStore.from_url(url, storage_options=self.options, read_only=read_only)
+        return ObjectStore.from_url(url, storage_options=self.options, read_only=read_only)
 
     @_guarded
     def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:

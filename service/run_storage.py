@@ -24,6 +24,8 @@ from pathlib import Path
 
 from zarr.storage import FsspecStore
 
+from service.fsspec_store import ObjectStore
+
 ROOT_METADATA = "zarr.json"
 
 
@@ -61,10 +63,10 @@ def url_exists(url: str, settings) -> bool:
     return fs.exists(path)
 
 
-class HeldRootStore(FsspecStore):
-    """An ``FsspecStore`` that keeps the root ``zarr.json`` in memory instead of storing it
-    (``held_root`` gives it to store last): until then the prefix is no Zarr group, whatever
-    else is in it."""
+class HeldRootStore(ObjectStore):
+    """An ``ObjectStore`` (service/fsspec_store.py) that keeps the root ``zarr.json`` in
+    memory instead of storing it (``held_root`` gives it to store last): until then the
+    prefix is no Zarr group, whatever else is in it."""
 
     @classmethod
     def at(cls, url: str, options: dict) -> HeldRootStore:

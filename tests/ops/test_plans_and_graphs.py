@@ -332,11 +332,12 @@ def _zarr_zeros(shape, chunks, dtype=np.float32) -> da.Array:
 
 
 def _region_reads(task) -> list:
-    """The ``getter(source, region)`` calls nested in one (legacy tuple) task."""
+    """The ``getter(source, region)`` calls nested in one (legacy tuple) task, as tasks or as
+    the ``[getter, source, region, ...]`` lists a bundle makes its reads from."""
     from dask.array.core import getter
 
     found = []
-    if isinstance(task, tuple) and task and task[0] is getter:
+    if isinstance(task, (tuple, list)) and task and task[0] is getter:
         return [task]
     if isinstance(task, (tuple, list)):
         for item in task:

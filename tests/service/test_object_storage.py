@@ -421,6 +421,53 @@ def test_scratch_files_written_at_offsets_go_up_whole_at_the_end(endpoint, bucke
     run.remove()
 
 
+def test_zarr_chunks_go_up_as_the_codec_made_them(endpoint, bucket, monkeypatch):
+    """Jobs write through ``service.fsspec_store.ObjectStore``: the request body of a chunk is
+    the ``bytes`` object the codec produced (zarr's own ``FsspecStore`` sends a copy of it, 16
+    MiB more per write on a worker), and what is stored reads back as written."""
+    import zarr
+    from zarr.codecs import ZstdCodec
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+    from zarr.storage import FsspecStore
+
+    from service.fsspec_store import ObjectStore
+
+    bodies, encoded = {}, []
+    send, encode = s3fs.S3FileSystem._call_s3, ZstdCodec._encode_single
+
+    async def sent(fs, method, *args, **kwargs):
+        if method == "put_object":
+            bodies[kwargs["Key"]] = kwargs["Body"]
+        return await send(fs, method, *args, **kwargs)
+
+    async def encoded_by_zstd(codec, chunk, spec):
+        out = await encode(codec, chunk, spec)
+        encoded.append(out.as_numpy_array().base)
+        return out
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", sent)
+    monkeypatch.setattr(ZstdCodec, "_encode_single", encoded_by_zstd)
+    options = {"key": KEY, "secret": SECRET, "client_kwargs": {"endpoint_url": endpoint}}
+    url = f"s3://{BUCKET}/{PREFIX}/no-copy-test.zarr"
+    key = f"{PREFIX}/no-copy-test.zarr"
+    store = ObjectStore.from_url(url, storage_options=options, read_only=False)
+    data = bytes(range(256)) * 4096
+    sync(store.set("whole", cpu.Buffer.from_bytes(data)))
+    assert bodies[f"{key}/whole"] is data
+    sync(store.set("part", cpu.Buffer.from_bytes(data)[16:]))  # a view of part of it: copied
+    assert bodies[f"{key}/part"] == data[16:]
+    x = np.random.default_rng(5).random((4, 64, 32), dtype=np.float32)
+    z = zarr.create_array(store, name="x", shape=x.shape, chunks=(1, 64, 32), dtype=x.dtype,
+                          compressors=[ZstdCodec(level=0)])
+    z[...] = x
+    chunks = [body for k, body in bodies.items() if k.startswith(f"{key}/x/c/")]
+    assert len(chunks) == 4 and all(any(body is made for made in encoded) for body in chunks)
+    plain = FsspecStore.from_url(url, storage_options=options, read_only=True)
+    same_bytes(zarr.open_array(plain, path="x")[...], x)
+    bucket.rm(f"{BUCKET}/{key}", recursive=True)
+
+
 def test_the_start_up_sweep_removes_scratch_left_by_a_stopped_service(client, bucket):
     bucket.pipe(f"{BUCKET}/{PREFIX}/scratch/job-x-1/gather_nd-abc/requests/0", b"left")
     store_of(client).sweep()
