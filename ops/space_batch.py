@@ -32,9 +32,10 @@ Chunk plans (DESIGN.md):
   SpaceToBatchND window spans as many blocks of the first spatial axis as fit in a quarter
   of ``array.chunk-size``, so output blocks are not 1/P of an input block; without a halo
   its task reads them, with one the block keys and edge tasks are used, so that no chunk is
-  decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks (a
-  bundle, while P chunks fit in half of ``array.chunk-size``); otherwise each output block
-  reads its 1/P of one chunk of each group (P decodes or downloads of a chunk, nothing held).
+  decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks and
+  scatters them into those (a bundle, while P chunks fit in half of ``array.chunk-size``);
+  otherwise each output block reads its 1/P of one chunk of each group (P decodes or
+  downloads of a chunk, nothing held).
 """
 
 from __future__ import annotations
