@@ -249,7 +249,8 @@ class S3Storage:
         else:
             self._start_seaweedfs(procs, work, port)
         # No region: s3fs would send it as the bucket's LocationConstraint, which moto refuses for us-east-1.
-        self.options = {"key": "testing", "secret": "testing", "endpoint_url": self.endpoint}
+        # max_concurrency 1 as the service sets it (service/objectstore.py): no HEAD before each GET.
+        self.options = {"key": "testing", "secret": "testing", "endpoint_url": self.endpoint, "max_concurrency": 1}
         self.disk_scratch = str(work / "scratch")
         self.fs = s3fs.S3FileSystem(**self.options)
         wait_until(server, lambda: self.fs.mkdir(self.BUCKET) is None or True, procs)

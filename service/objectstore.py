@@ -76,6 +76,10 @@ def storage_options(settings: Settings) -> dict:
     if settings.s3_secret is not None:
         options["secret"] = settings.s3_secret.get_secret_value()
     options.setdefault("config_kwargs", DEFAULT_CONFIG)
+    # s3fs reads a whole object with a HEAD first when max_concurrency > 1 (to split one larger
+    # than its 50 MiB block size into concurrent ranged GETs): two round trips for every Zarr
+    # chunk, which is far smaller. One GET each.
+    options.setdefault("max_concurrency", 1)
     return options
 
 

@@ -468,6 +468,39 @@ def test_zarr_chunks_go_up_as_the_codec_made_them(endpoint, bucket, monkeypatch)
     bucket.rm(f"{BUCKET}/{key}", recursive=True)
 
 
+def test_a_chunk_is_read_with_one_get(endpoint, bucket, monkeypatch, tmp_path):
+    """With the service's s3fs options a whole-object read is one GET: s3fs's default
+    (max_concurrency 10) asks for the object's size with a HEAD before every chunk it reads.
+    A max_concurrency in the configured storage options still wins."""
+    import zarr
+
+    from service.fsspec_store import ObjectStore
+    from service.objectstore import storage_options
+
+    methods = []
+    send = s3fs.S3FileSystem._call_s3
+
+    async def sent(fs, method, *args, **kwargs):
+        methods.append(method)
+        return await send(fs, method, *args, **kwargs)
+
+    settings = s3_settings(endpoint, tmp_path)
+    options = storage_options(settings)
+    assert options["max_concurrency"] == 1
+    assert storage_options(s3_settings(endpoint, tmp_path, storage_options={"max_concurrency": 4}))[
+        "max_concurrency"] == 4
+    url = f"s3://{BUCKET}/{PREFIX}/one-get-test.zarr"
+    x = np.arange(4 * 64, dtype=np.float32).reshape(4, 64)
+    z = zarr.create_array(ObjectStore.from_url(url, storage_options=options, read_only=False),
+                          shape=x.shape, chunks=(1, 64), dtype=x.dtype)
+    z[...] = x
+    reader = zarr.open_array(ObjectStore.from_url(url, storage_options=options, read_only=True))
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", sent)
+    same_bytes(reader[...], x)
+    assert methods.count("get_object") == 4 and "head_object" not in methods, methods
+    bucket.rm(f"{BUCKET}/{PREFIX}/one-get-test.zarr", recursive=True)
+
+
 def test_the_start_up_sweep_removes_scratch_left_by_a_stopped_service(client, bucket):
     bucket.pipe(f"{BUCKET}/{PREFIX}/scratch/job-x-1/gather_nd-abc/requests/0", b"left")
     store_of(client).sweep()
