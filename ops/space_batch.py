@@ -33,7 +33,7 @@ Chunk plans (DESIGN.md):
   of ``array.chunk-size``, so output blocks are not 1/P of an input block; without a halo
   its task reads them, with one the block keys and edge tasks are used, so that no chunk is
   decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks and
-  scatters them into those (a bundle, while P chunks fit in half of ``array.chunk-size``);
+  makes those (a bundle, while P chunks fit in half of ``array.chunk-size``);
   otherwise each output block reads its 1/P of one chunk of each group (P decodes or
   downloads of a chunk, nothing held).
 """
@@ -43,7 +43,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import mmap
 import operator
 
 import dask.array as da
@@ -121,17 +120,12 @@ def _pairs(space: np.ndarray, batch, block_shape, offsets):
         yield from _boxes(space, batch, block_shape, offsets)
         return
     for group, j in zip(batch, np.ndindex(*block_shape)):
-        yield _group_pair(space, group, block_shape, offsets, j)
-
-
-def _group_pair(space: np.ndarray, group: np.ndarray, block_shape, offsets, j):
-    """The (space view, group view) pair of the group at block offsets ``j``."""
-    space_index, group_index = [slice(None)], [slice(None)]
-    for axis, (b, offset, jj) in enumerate(zip(block_shape, offsets, j), start=1):
-        s, t = _lattice(space.shape[axis], offset, b, jj)
-        space_index.append(s)
-        group_index.append(t)
-    return space[tuple(space_index)], group[tuple(group_index)]
+        space_index, group_index = [slice(None)], [slice(None)]
+        for axis, (b, offset, jj) in enumerate(zip(block_shape, offsets, j), start=1):
+            s, t = _lattice(space.shape[axis], offset, b, jj)
+            space_index.append(s)
+            group_index.append(t)
+        yield space[tuple(space_index)], group[tuple(group_index)]
 
 
 def _batch_shape(shape, block_shape, paddings) -> tuple[int, ...]:
@@ -537,38 +531,32 @@ def _batch_to_space_block(blocks, block_shape, crops):
     return batch_to_space_nd_kernel(list(blocks), block_shape, crops)
 
 
-def _small_pages(shape, dtype) -> np.ndarray:
-    """An uninitialised array in ordinary pages: ``np.empty`` asks the kernel for huge pages
-    (2 MiB) for large arrays, and a strided scatter that writes every other 512 KiB row then
-    touches every page of the array at once, not half of them."""
-    count = math.prod(shape)
-    if count == 0:
-        return np.empty(shape, dtype)
-    return np.frombuffer(mmap.mmap(-1, count * np.dtype(dtype).itemsize), dtype, count).reshape(shape)
-
-
-def _batch_to_space_bundle(reads, outputs, block_shape, dtype):
+def _batch_to_space_bundle(reads, outputs, block_shape):
     """The output blocks fed by one bundle of source chunks, as a tuple.
 
     ``reads`` are ``[getter, source, slices, *extra]`` (one chunk each); ``outputs`` are
-    ``(shape, crops, parts)`` with one ``(chunk position in reads, slices)`` part per group.
+    ``(crops, parts)`` with one ``(chunk position in reads, slices)`` part per group.
     """
-    # Every chunk feeds every output block and touches half of each one's pages (its rows
-    # interleave with another group's), so all chunks are read before any output page is
-    # touched: a read's transient buffers then sit on P - 1 chunks, not on as much output
-    # and more. Each chunk is dropped once scattered, and the output blocks are the task's
-    # result, not copies cut later from a bundle that stays held while they are written.
-    chunks = [func(source, slices, *extra) for func, source, slices, *extra in reads]
-    blocks = [_small_pages(shape, dtype) for shape, _, _ in outputs]
-    offsets = [[lo for lo, _ in crops] for _, crops, _ in outputs]
-    for position in range(len(chunks)):
-        chunk, chunks[position] = chunks[position], None
-        for y, lows, (_, _, parts) in zip(blocks, offsets, outputs):
-            for j, (k, piece) in zip(np.ndindex(*block_shape), parts):
+    # Every chunk feeds every output block, so all P chunks' worth is held at once. Each
+    # chunk, once read, is cut into the parts the output blocks take (copies) and dropped;
+    # then each output block is made from its parts and they are dropped. At most P chunks'
+    # worth plus one read's buffers, or plus one output block, are held, and the output
+    # blocks are the task's result. (Scattering each chunk straight into the output blocks
+    # touches every 2 MiB page of them with the first group, every other row being that
+    # group's, so all P outputs sat beside all P chunks; with 4 KiB pages instead, the page
+    # faults cost more than these copies: 110-150 ms against 60 ms a bundle of 4 x 16 MiB.)
+    parts_of = [[None] * len(parts) for _, parts in outputs]
+    for position, (func, source, slices, *extra) in enumerate(reads):
+        chunk = func(source, slices, *extra)
+        for held, (_, parts) in zip(parts_of, outputs):
+            for j, (k, piece) in enumerate(parts):
                 if k == position:
-                    space_view, group_view = _group_pair(y, chunk[piece], block_shape, lows, j)
-                    copy_into(space_view, group_view)
+                    held[j] = np.array(chunk[piece])
         del chunk
+    blocks = []
+    for o, (crops, _) in enumerate(outputs):
+        blocks.append(batch_to_space_nd_kernel(parts_of[o], block_shape, crops))
+        parts_of[o] = None
     return tuple(blocks)
 
 
@@ -634,7 +622,7 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # Each output block reads a part of P source chunks (one per group), and each of those
     # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
     # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
-    # once and scatters it into its P output blocks (3 GiB on S3: 0.49x -> 0.75-0.87x of a copy).
+    # once and makes its P output blocks (3 GiB on S3: 0.49x -> 0.75-0.87x of a copy).
     # A worker holds up to two bundles when the scheduler queues a second root task on it
     # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0 one, and peaks 45 MiB
     # lower on 384 MiB workers: deploy/README.md).
@@ -669,9 +657,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         # The reads as data ([getter, source, slices, ...]: a list is not a task), made by
         # the bundle one at a time.
         reads = [list(source.read(b)) for b in unique]
-        plan = [(tuple(out_chunks[a][i] for a, i in enumerate(index)), crops, parts)
-                for index, crops, parts in outputs]
-        layer[key] = (_batch_to_space_bundle, reads, plan, list(block_shape), x.dtype)
+        plan = [(crops, parts) for _, crops, parts in outputs]
+        layer[key] = (_batch_to_space_bundle, reads, plan, list(block_shape))
         for position, (index, _, _) in enumerate(outputs):
             layer[(name, *index)] = (operator.getitem, key, position)
     graph = _graph(name, layer, x, source)

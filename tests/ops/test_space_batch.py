@@ -248,23 +248,3 @@ def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
         lazy = ops.space_to_batch_nd(_zarr_input(x, chunks), block, pads)
     assert_same(compute(lazy), ops.space_to_batch_nd(x, block, pads))
 
-
-@pytest.mark.parametrize("shape,dtype", [((1, 4, 6, 2), np.float32), ((3, 5), np.uint16), ((0, 4), np.float64)])
-def test_bundle_output_blocks_are_ordinary_writable_arrays(shape, dtype):
-    # A bundle scatters chunks into these, and zarr encodes them as they are: C order,
-    # writable, the dtype asked for. Non-empty ones are mapped pages of their own (not NumPy's
-    # allocator, which asks for 2 MiB pages that one strided group would touch whole).
-    import mmap
-
-    from ops.space_batch import _small_pages
-
-    y = _small_pages(shape, np.dtype(dtype))
-    assert y.shape == shape and y.dtype == dtype
-    assert y.flags.c_contiguous and y.flags.writeable
-    if y.size:
-        owner = y
-        while isinstance(owner, np.ndarray) and owner.base is not None:
-            owner = owner.base
-        assert isinstance(owner.obj if isinstance(owner, memoryview) else owner, mmap.mmap)
-        y[...] = 7
-        assert (y == 7).all()
