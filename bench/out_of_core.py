@@ -276,7 +276,7 @@ class S3Storage:
     def store(self, name: str):
         # The service's store class (service/fsspec_store.py: zarr's, minus a copy per write).
         return ObjectStore.from_url(f"s3://{self.BUCKET}/{name}.zarr", storage_options=self.options,
-                                                 read_only=False)
+                                    read_only=False)
 
     def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
