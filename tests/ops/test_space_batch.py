@@ -247,4 +247,3 @@ def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
     with dask.config.set({"array.chunk-size": f"{4 * windows * math.prod(chunks) * 4}B"}):
         lazy = ops.space_to_batch_nd(_zarr_input(x, chunks), block, pads)
     assert_same(compute(lazy), ops.space_to_batch_nd(x, block, pads))
-
