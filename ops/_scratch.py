@@ -39,6 +39,9 @@ from ops.errors import InvalidArgument
 CONFIG_KEY = "chunked-tensor-ops.scratch"
 #: The part size of uploads to an object store (S3's minimum; a multiple of GCS's 256 KiB).
 UPLOAD_PART_BYTES = 5 * 2**20
+#: Files up to this size are uploaded with one request (read into memory whole): a multipart
+#: upload takes at least four requests, and some servers copy the parts again to join them.
+SINGLE_UPLOAD_BYTES = 4 * UPLOAD_PART_BYTES
 
 
 class Scratch:
@@ -138,13 +141,21 @@ class Scratch:
                 fd = temporary.fileno()
                 yield _WriteAt([fd], [base])  # one file for all
                 for name, start, size in files:
+                    if size <= SINGLE_UPLOAD_BYTES:  # one PUT, not a multipart upload of two parts
+                        self.write(name, os.pread(fd, size, start - base))
+                        continue
                     with self.open_write(name) as out:
                         for offset in range(start - base, start - base + size, UPLOAD_PART_BYTES):
                             out.write(os.pread(fd, min(UPLOAD_PART_BYTES, start - base + size - offset), offset))
 
     def write(self, name: str, data) -> None:
-        with self.open_write(name) as f:
-            f.write(data)
+        """``data`` (bytes in memory) as the whole file ``name``, published complete."""
+        if self.local:
+            with self.open_write(name) as f:
+                f.write(data)
+        else:  # one PUT (s3fs's buffered file would make a multipart upload of anything over a part)
+            fs, _ = self._fs_root
+            fs.pipe_file(self.path(name), data if isinstance(data, (bytes, bytearray)) else bytes(data))
 
     def read(self, name: str) -> bytes:
         fs, _ = self._fs_root

@@ -361,12 +361,13 @@ def test_scratch_plan_reads_each_params_block_once_and_leaves_no_files(tmp_path)
 
 @pytest.mark.parametrize("source", ["numpy", "zarr"])
 def test_scratch_plan_serves_params_blocks_in_groups(tmp_path, source):
-    # 8 KiB of params in 1 KiB blocks and a 4 KiB chunk budget. NumPy-backed params come from
-    # their block keys, all in the serve task's memory: groups of 2 blocks (half the budget),
-    # 4 serve tasks; with 9 blocks the last group has one. Zarr params are read inside the
-    # serve task, one block at a time (no block keys): groups of 8 (twice the budget).
+    # Params in 1 KiB blocks and a 4 KiB chunk budget. NumPy-backed params come from their
+    # block keys, all in the serve task's memory: groups of 2 blocks (half the budget), 4
+    # serve tasks for 8 blocks; with 9 blocks the last group has one. Zarr params are read
+    # inside the serve task, one block at a time (no block keys): groups of 16 (four times the
+    # budget), 2 serve tasks for 17 or 32 blocks.
     rng = np.random.default_rng(11)
-    for rows in (64, 72):
+    for rows in ((64, 72) if source == "numpy" else (136, 256)):
         values = rng.random((rows, 8, 4), dtype=np.float32)
         if source == "zarr":
             z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(8, 8, 4), dtype=np.float32)
@@ -378,7 +379,7 @@ def test_scratch_plan_serves_params_blocks_in_groups(tmp_path, source):
         y = _scratch_gather(params, da.from_array(index, chunks=(50, 1)), tmp_path, chunk_size="4KiB")
         graph = dict(y.__dask_graph__())
         serves = [k for k in graph if isinstance(k, tuple) and str(k[0]).startswith("gather_nd-serve-")]
-        assert len(serves) == -(-params.npartitions // (2 if source == "numpy" else 8))
+        assert len(serves) == -(-params.npartitions // (2 if source == "numpy" else 16))
         if source == "numpy":
             readers = _readers(graph, params.name)
             assert len(readers) == params.npartitions and all(len(keys) == 1 for keys in readers.values())

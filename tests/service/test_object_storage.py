@@ -398,6 +398,35 @@ def test_a_scratch_file_whose_writer_fails_is_not_published(endpoint, bucket, mi
     assert uploads.get("Uploads", []) == []
 
 
+def test_scratch_files_up_to_four_parts_go_up_in_one_put(endpoint, bucket, s3_calls):
+    """A piece file a little over a part (a serve task's rows for one batch) is one PUT, not
+    a multipart upload of two parts (four requests, and a server that joins the parts copies
+    them again); a larger one still goes up in parts. Whole-file writes are one PUT too."""
+    from ops._scratch import SINGLE_UPLOAD_BYTES, UPLOAD_PART_BYTES, Scratch
+
+    options = {"key": KEY, "secret": SECRET, "client_kwargs": {"endpoint_url": endpoint}}
+    run = Scratch(f"s3://{BUCKET}/{PREFIX}/scratch/single-put", options)
+    small = np.random.default_rng(3).integers(0, 256, UPLOAD_PART_BYTES + 12345, dtype=np.uint8)
+    large = np.random.default_rng(4).integers(0, 256, SINGLE_UPLOAD_BYTES + 1, dtype=np.uint8)
+    layout = [("pieces/0-0", 0, small.nbytes), ("pieces/0-1", small.nbytes, large.nbytes)]
+    s3_calls.clear()
+    with run.open_write_at(layout) as out:
+        out.write_at(small.nbytes, large.data)
+        out.write_at(0, small.data)
+    run.write("requests/0", memoryview(small))  # a memoryview, as the split task writes
+    puts = [key.rsplit("/single-put/", 1)[1] for method, key in s3_calls.calls
+            if method == "put_object" and "/single-put/" in key]
+    assert puts == ["pieces/0-0", "requests/0"], s3_calls.calls
+    # The server's own account: a multipart object's ETag ends in "-<number of parts>".
+    etags = {name: bucket.info(run.path(name))["ETag"].strip('"') for name in ("pieces/0-0", "pieces/0-1", "requests/0")}
+    assert "-" not in etags["pieces/0-0"] and "-" not in etags["requests/0"], etags
+    assert etags["pieces/0-1"].endswith("-5"), etags
+    assert run.read("pieces/0-0") == small.tobytes() and run.read("pieces/0-1") == large.tobytes()
+    assert run.read("requests/0") == small.tobytes()
+    run.remove()
+    assert _scratch_objects(bucket) == []
+
+
 def test_scratch_files_written_at_offsets_go_up_whole_at_the_end(endpoint, bucket):
     """A serve task writes its piece files out of order (block by block): through a local
     temporary file, then one upload per file; nothing is published if the task fails."""
