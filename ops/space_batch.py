@@ -31,8 +31,8 @@ Chunk plans (DESIGN.md):
   depending on the input's block tasks, and each chunk is read once where memory allows. A
   SpaceToBatchND window spans as many blocks of the first spatial axis as fit in a quarter
   of ``array.chunk-size``, so output blocks are not 1/P of an input block; without a halo
-  its task reads them, with one the block keys and edge tasks are used, so that no chunk is
-  decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks and
+  its task reads them; with one, each chunk is read whole by the window that takes most of
+  it, which copies out its neighbours' halo rows, so that no chunk is decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks and
   makes those (a bundle, while P chunks fit in half of ``array.chunk-size``);
   otherwise each output block reads its 1/P of one chunk of each group (P decodes or
   downloads of a chunk, nothing held).
@@ -348,18 +348,57 @@ def _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill: bool):
     lands at padded rows ``offsets`` of this block; the rows no piece covers are padding.
     """
     y = np.zeros(shape, dtype) if fill else np.empty(shape, dtype)
+    _fill(y, pieces, block_shape)
+    return y
+
+
+def _fill(y, pieces, block_shape) -> None:
+    """Copy each ``[array, index, offsets]`` piece into the output block ``y``."""
     for array, index, offsets in pieces:
         space = array if index is None else array[index]
         rows = space.shape[1 : 1 + len(block_shape)]
         view = y[(slice(None), *(slice(o // b, -(-(o + n) // b)) for o, n, b in zip(offsets, rows, block_shape)))]
         for space_view, batch_view in _boxes(space, view, block_shape, [o % b for o, b in zip(offsets, block_shape)]):
             copy_into(batch_view, space_view)
-    return y
 
 
 def _edge(block, index):
     """A few boundary rows of a neighbouring block, copied so that only they are kept and sent."""
     return block[index].copy()
+
+
+def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: bool):
+    """A window that reads its own input chunks (``chunks``, read whole): its output block
+    from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the rows its
+    neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
+    y = _space_to_batch_pieces(
+        [[chunks[c], index, offsets] for c, index, offsets in pieces], block_shape, shape, dtype, fill
+    )
+    return y, [chunks[c][index].copy() for c, index in exports]
+
+
+def _export(window, e: int):
+    """The ``e``-th halo a window copied for a neighbour."""
+    return window[1][e]
+
+
+def _with_halos(window, halos, block_shape):
+    """A window's output block with the rows its neighbours' chunks give it (``halos``:
+    ``[rows, None, offsets]``) written in (in place: only this task uses the block)."""
+    y = window[0]
+    _fill(y, halos, block_shape)
+    return y
+
+
+def _owners(axis_reads) -> dict[int, int]:
+    """For one spatial axis: input chunk -> the window that reads most of its rows (the first
+    of equals); that window reads the chunk, and its neighbours get their rows from it."""
+    best: dict[int, tuple[int, int]] = {}
+    for window, pieces in enumerate(axis_reads):
+        for k, start, stop, _ in pieces:
+            if stop - start > best.get(k, (0, -1))[0]:
+                best[k] = (stop - start, window)
+    return {k: window for k, (_, window) in best.items()}
 
 
 def _group_rows(block, groups: int, g: int):
@@ -457,13 +496,15 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
         return _build_space_to_batch_blockwise(x, block_shape, out_chunks, reads)
     groups = math.prod(block_shape)
     token = tokenize(x, block_shape, paddings)
-    name, all_name, edge_name = (f"space_to_batch_nd{part}-{token}" for part in ("", "-all", "-edge"))
+    name, all_name, edge_name, window_name = (
+        f"space_to_batch_nd{part}-{token}" for part in ("", "-all", "-edge", "-window")
+    )
     # A plain from_array/from_zarr input whose output windows each lie in one input block:
     # each task reads its block from the source itself (one task, no intermediate key). A
     # window that also needs a few boundary rows of a neighbour (a halo from the padding)
-    # takes its pieces from the block keys and small edge tasks instead: a Zarr chunk is
-    # decoded whole, and decoding every chunk a second time for one row cost more (3 GiB on
-    # local disk: 19 s against 16-17 s) than keeping each block until its two readers ran.
+    # does not read them itself: a Zarr chunk is decoded whole, and decoding every chunk a
+    # second time for one row cost more (3 GiB on local disk: 19 s against 16-17 s). Its
+    # owner copies them out for it (below); other inputs give block keys and edge tasks.
     reads_per_block = math.prod(max(map(len, axis)) for axis in reads)
     stored = _block_reads.BlockReads.of(x)
     source = stored if reads_per_block == 1 else None
@@ -472,8 +513,8 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # first spatial axis cut the store tasks and their fixed costs by ``merge`` (3 GiB, 16 MiB
     # chunks, P = 4, merge = 2, local disk: 15-16 s -> 13 s; with a halo 17-19 s -> 15-16 s).
     # The task holds merge input blocks and as much output, kept within a quarter of Dask's
-    # chunk size. Region reads need windows that read no chunk twice; from block keys each
-    # chunk is read once anyway (the halo rows go through edge tasks).
+    # chunk size. Region reads need windows that read no chunk twice; with halos each chunk
+    # is read once anyway (by its owner; the halo rows go through edge tasks).
     merge = _merge(x, groups) if stored is not None and x.numblocks[0] > 1 else 1
     if merge > 1:
         merged_chunks, merged_reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, merge)
@@ -484,6 +525,37 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # block (g, k) is group g's rows of it (a view, no copy).
     single = x.numblocks[0] == 1
     block_shape, dtype = list(block_shape), x.dtype
+    # Halos from a plain source: each input chunk is read once, whole, by the window that
+    # reads most of its rows (its owner), which also copies out the few rows its neighbours
+    # take (their halos); a neighbour writes them into its block in a small task after its
+    # own window. No window waits for another and no block key of x is held or sent: with
+    # block keys, two blocks of one window were read on two workers and one was sent across
+    # (80 of 100 windows at 3 GiB). An earlier plan that made a window wait for its
+    # neighbour's reads left workers idle, and they were sent more reads to hold.
+    owned = stored if source is None and stored is not None else None
+    windows = {}  # (n, *spatial, *rest) -> its own chunks, its pieces of them, its halos
+    if owned is not None:
+        owners = [_owners(axis) for axis in reads]
+        for n in range(x.numblocks[0]):
+            for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
+                axis_reads = [reads[i][k] for i, k in enumerate(spatial)]
+                if not all(axis_reads):
+                    continue
+                for rest in np.ndindex(*x.numblocks[1 + m :]):
+                    window = windows.setdefault((n, *spatial, *rest), ([], [], [], []))
+                    for combo in itertools.product(*axis_reads):
+                        ks = tuple(k for k, *_ in combo)
+                        owner = (n, *(owners[i][k] for i, k in enumerate(ks)), *rest)
+                        owner_chunks, _, owner_exports, _ = windows.setdefault(owner, ([], [], [], []))
+                        if ks not in owner_chunks:
+                            owner_chunks.append(ks)
+                        index = (slice(None), *(slice(a, z) for _, a, z, _ in combo))
+                        offsets = [o for *_, o in combo]
+                        if owner == (n, *spatial, *rest):
+                            window[1].append([owner_chunks.index(ks), index, offsets])
+                        else:
+                            owner_exports.append([owner_chunks.index(ks), index])
+                            window[3].append((owner, len(owner_exports) - 1, offsets))
     layer = {}
     for n, rows in enumerate(x.chunks[0]):
         for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
@@ -499,23 +571,33 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
                     zero_shape = (rows * groups if single else rows, *spatial_shape, *rest_shape)
                     layer.update({key: (np.zeros, zero_shape, dtype) for key in out_keys})
                     continue
-                pieces = []
-                for p, combo in enumerate(itertools.product(*axis_reads)):
-                    block = (n, *(k for k, *_ in combo), *rest)
-                    if source is None:
-                        edge_key = (edge_name, n, *spatial, *rest, p)
-                        pieces.append(_piece_args(x, (x.name, *block), combo, layer, edge_key))
-                        continue
-                    local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
-                    pieces.append([source.read(block, local), None, [o for *_, o in combo]])
                 covered = all(
                     sum(stop - start for _, start, stop, _ in r) == size * b
                     for r, size, b in zip(axis_reads, spatial_shape, block_shape)
                 )
-                task = (
-                    _space_to_batch_pieces, pieces, block_shape,
-                    (rows * groups, *spatial_shape, *rest_shape), dtype, not covered,
-                )
+                shape = (rows * groups, *spatial_shape, *rest_shape)
+                if owned is not None:
+                    own_chunks, pieces, exports, halos = windows[(n, *spatial, *rest)]
+                    window_key = (window_name, n, *spatial, *rest)
+                    layer[window_key] = (
+                        _space_to_batch_window, [owned.read((n, *ks, *rest)) for ks in own_chunks],
+                        pieces, exports, block_shape, shape, dtype, not covered,
+                    )
+                    for e in range(len(exports)):
+                        layer[(edge_name, n, *spatial, *rest, e)] = (_export, window_key, e)
+                    halo_pieces = [[(edge_name, *owner, e), None, offsets] for owner, e, offsets in halos]
+                    task = (_with_halos, window_key, halo_pieces, block_shape)
+                else:
+                    pieces = []
+                    for p, combo in enumerate(itertools.product(*axis_reads)):
+                        block = (n, *(k for k, *_ in combo), *rest)
+                        if source is None:
+                            edge_key = (edge_name, n, *spatial, *rest, p)
+                            pieces.append(_piece_args(x, (x.name, *block), combo, layer, edge_key))
+                            continue
+                        local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
+                        pieces.append([source.read(block, local), None, [o for *_, o in combo]])
+                    task = (_space_to_batch_pieces, pieces, block_shape, shape, dtype, not covered)
                 if single:
                     layer[out_keys[0]] = task
                     continue
@@ -523,7 +605,7 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
                 layer[all_key] = task
                 for g, key in enumerate(out_keys):
                     layer[key] = (_group_rows, all_key, groups, g)
-    graph = _graph(name, layer, x, source)
+    graph = _graph(name, layer, x, source or owned)
     return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 

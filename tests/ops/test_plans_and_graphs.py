@@ -428,19 +428,27 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     assert sorted(r[2][1].start for rs in reads.values() for r in rs) == sorted([0, 4, 8, 12] * 4)
     assert merged.chunks[1] == (4, 4) and merged.npartitions == y.npartitions // 2
     assert_same(compute(merged), compute(y))
-    # A halo (padding 1): each block is read once by its own task and kept for its two
-    # readers, the window of its rows and a one-row edge task for the next window; no
-    # block is decoded twice.
-    for chunks in [(1, 4, 8, 2), (1, 4, 4, 2)]:
-        x = _zarr_zeros((4, 16, 8, 2), chunks)
-        y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
-        assert not any(_layer_reads(y, "-all-").values())
-        graph = dict(y.__dask_graph__())
-        assert [k for k in graph if "edge" in str(k[0])]
-        assert not any(_region_reads(v) for v in y.dask.layers[y.name].values())  # no second reads
-        assert sum(1 for k in graph if isinstance(k, tuple) and k[0] == x.name) == x.npartitions
-    # Merged windows with a halo too: a window takes two whole blocks and an edge of a third.
+    # A halo (padding 1): each block is read once, whole, by the window that takes most of its
+    # rows, which copies out the rows its neighbours take (edge tasks on it); a window never
+    # waits for another window, and no block key of x is in the graph. With W in two chunks
+    # the halos are 2-D (a corner comes from a diagonal neighbour).
     values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    for chunks in [(1, 4, 8, 2), (1, 4, 4, 2)]:
+        z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=chunks, dtype=values.dtype)
+        z[:] = values
+        x = da.from_zarr(z)
+        y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
+        windows = _layer_reads(y, "-window-")
+        regions = [tuple((s.start, s.stop) for s in r[2]) for rs in windows.values() for r in rs]
+        assert len(regions) == len(set(regions)) == x.npartitions  # every chunk once, whole
+        assert all(r[2][1].stop - r[2][1].start == chunks[1] for rs in windows.values() for r in rs)
+        graph = dict(y.__dask_graph__())
+        assert not [k for k in graph if isinstance(k, tuple) and k[0] == x.name]
+        assert [k for k in graph if "edge" in str(k[0])]
+        for key in windows:  # a window depends on the source only
+            assert not [d for d in get_dependencies(graph, key) if isinstance(d, tuple)], key
+        assert_same(compute(y), ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]]))
+    # Merged windows with a halo too: a window takes two whole blocks and an edge of a third.
     z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(1, 4, 8, 2), dtype=values.dtype)
     z[:] = values
     x = da.from_zarr(z)
@@ -448,14 +456,15 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
         merged = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
     assert merged.chunks[1] == (4, 4, 1)  # 18 padded rows: two windows of 8 and the last one
     graph = dict(merged.__dask_graph__())
-    assert sum(1 for k in graph if isinstance(k, tuple) and k[0] == x.name) == x.npartitions  # each once
+    windows = _layer_reads(merged, "-window-")
+    assert sorted(len(r) for r in windows.values()) == [0] * 4 + [2] * 8  # the last windows own none
     assert len([k for k in graph if "edge" in str(k[0])]) == 4 * 2  # per image, into windows 2 and 3
     assert_same(compute(merged), ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]]))
 
 
 def test_object_store_sources():
     # From an object store (here fsspec's in-memory filesystem behind zarr's FsspecStore) the
-    # plans are those from a local disk: SpaceToBatchND's halos from the block keys,
+    # plans are those from a local disk: SpaceToBatchND's halos from their chunks' owners,
     # BatchToSpaceND's bundles (each chunk downloaded once).
     from zarr.storage import FsspecStore
 
@@ -474,7 +483,8 @@ def test_object_store_sources():
     z[:] = values
     assert_same(y.compute(), ops.batch_to_space_nd(values, [2, 2], [[0, 0], [0, 0]]))
     y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
-    assert not any(_layer_reads(y, "-all-").values())  # pieces from block keys, halos via edge tasks
+    owned = [tuple((s.start, s.stop) for s in r[2]) for rs in _layer_reads(y, "-window-").values() for r in rs]
+    assert len(owned) == len(set(owned)) == x.npartitions  # each chunk read once; halos via edge tasks
     y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])  # each chunk read once, from the store
     regions = [tuple((s.start, s.stop) for s in r[2]) for rs in _layer_reads(y, "-all-").values() for r in rs]
     assert len(regions) == len(set(regions)) == x.npartitions

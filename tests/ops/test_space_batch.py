@@ -203,7 +203,7 @@ def _zarr_input(x: np.ndarray, chunks) -> da.Array:
         ((1, 4, 6, 2), [2, 2], [[0, 0], [0, 0]]),  # the benchmark's layout: batch chunked, W one chunk
         ((1, 4, 6, 2), [2, 2], [[1, 1], [1, 1]]),  # a one-row halo on H
         ((2, 3, 6, 2), [2, 3], [[1, 1], [2, 1]]),  # irregular H chunks
-        ((4, 4, 4, 2), [2, 2], [[1, 1], [1, 1]]),  # halos on both axes: pieces from block keys
+        ((4, 4, 4, 2), [2, 2], [[1, 1], [1, 1]]),  # halos on both axes, corners included
         ((3, 5, 6, 1), [4, 1], [[9, 7], [0, 0]]),  # whole blocks of padding
     ],
 )
@@ -233,7 +233,7 @@ def test_batch_to_space_nd_zarr_input_equals_numpy(case):
 def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
     # Batch chunked: output blocks span 1..4 input chunks of the first spatial axis, as Dask's
     # chunk size allows; without a halo (paddings multiples of the block) read from the store
-    # by the windows, with one from block keys and edge tasks.
+    # by the windows, with one each chunk by the window owning it, halos through edge tasks.
     block = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
     rows = [data.draw(st.integers(1, 3)) * b for b in block]  # rows per chunk
     spatial = [r * data.draw(st.integers(1, 5)) for r in rows]
