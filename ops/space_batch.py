@@ -14,12 +14,13 @@ Chunk plans (DESIGN.md):
   output's spatial chunks are regular (max input chunk // b rows, times the merged blocks
   below on the first axis: a Zarr store needs regular chunks), so an output block reads the
   input rows under its window: its input block(s) and fewer than b boundary rows of a
-  neighbour (a halo, sliced off in a small task of its own so the neighbour block never
-  travels). A batch axis in one chunk (one image, the common case)
-  gives one output block per input block holding all P block offsets; several batch chunks
-  give P output blocks per input block (one per group, views of one task's result). Blocks
-  of padding only are zeros that read no input. When every output block is one whole input
-  block, the plan is a blockwise map that Dask fuses with the Zarr read and write.
+  neighbour (a halo: copied out by the task that reads the neighbour, or sliced off its
+  block in a small task, so the neighbour block never travels). A batch axis in one chunk
+  (one image, the common case) gives one output block per input block holding all P block
+  offsets; several batch chunks give P output blocks per input block (one per group, views
+  of one task's result). Blocks of padding only are zeros that read no input. When every
+  output block is one whole input block, the plan is a blockwise map that Dask fuses with
+  the Zarr read and write.
 - BatchToSpaceND: a batch axis in one chunk stays so, and each input block (all P groups
   of its rows) is one output block, in one pass. Otherwise batch chunks are aligned to the
   group size B so no chunk straddles two groups, the first spatial axis is split P ways (so
@@ -32,8 +33,9 @@ Chunk plans (DESIGN.md):
   SpaceToBatchND window spans as many blocks of the first spatial axis as fit in a quarter
   of ``array.chunk-size``, so output blocks are not 1/P of an input block; without a halo
   its task reads them; with one, each chunk is read whole by the window that takes most of
-  it, which copies out its neighbours' halo rows, so that no chunk is decoded twice. A BatchToSpaceND task reads the P chunks that feed P output blocks and
-  makes those (a bundle, while P chunks fit in half of ``array.chunk-size``);
+  it, which copies out its neighbours' halo rows, so that no chunk is decoded twice. A
+  BatchToSpaceND task reads the P chunks that feed P output blocks and makes those (a
+  bundle, while P chunks fit in half of ``array.chunk-size``);
   otherwise each output block reads its 1/P of one chunk of each group (P decodes or
   downloads of a chunk, nothing held).
 """
@@ -401,6 +403,37 @@ def _owners(axis_reads) -> dict[int, int]:
     return {k: window for k, (_, window) in best.items()}
 
 
+def _owned_windows(reads, batch_blocks: int, rest_blocks) -> dict:
+    """Plan for halos read by their owners: for each window with reads, ``(n, *spatial,
+    *rest)`` -> (the chunks it reads, as spatial chunk indices; its pieces of them, as
+    ``[chunk number, index, offsets]``; the rows it copies out for neighbours, as ``[chunk
+    number, index]``; its halos, as (owner window, export number, offsets))."""
+    owners = [_owners(axis) for axis in reads]
+    windows: dict[tuple, tuple[list, list, list, list]] = {}
+    for n in range(batch_blocks):
+        for spatial in np.ndindex(*map(len, reads)):
+            axis_reads = [reads[i][k] for i, k in enumerate(spatial)]
+            if not all(axis_reads):
+                continue
+            for rest in np.ndindex(*rest_blocks):
+                key = (n, *spatial, *rest)
+                _, pieces, _, halos = windows.setdefault(key, ([], [], [], []))
+                for combo in itertools.product(*axis_reads):
+                    ks = tuple(k for k, *_ in combo)
+                    owner = (n, *(owners[i][k] for i, k in enumerate(ks)), *rest)
+                    owner_chunks, _, exports, _ = windows.setdefault(owner, ([], [], [], []))
+                    if ks not in owner_chunks:
+                        owner_chunks.append(ks)
+                    index = (slice(None), *(slice(a, z) for _, a, z, _ in combo))
+                    offsets = [o for *_, o in combo]
+                    if owner == key:
+                        pieces.append([owner_chunks.index(ks), index, offsets])
+                    else:
+                        exports.append([owner_chunks.index(ks), index])
+                        halos.append((owner, len(exports) - 1, offsets))
+    return windows
+
+
 def _group_rows(block, groups: int, g: int):
     rows = block.shape[0] // groups
     return block[g * rows : (g + 1) * rows]
@@ -533,29 +566,7 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # (80 of 100 windows at 3 GiB). An earlier plan that made a window wait for its
     # neighbour's reads left workers idle, and they were sent more reads to hold.
     owned = stored if source is None and stored is not None else None
-    windows = {}  # (n, *spatial, *rest) -> its own chunks, its pieces of them, its halos
-    if owned is not None:
-        owners = [_owners(axis) for axis in reads]
-        for n in range(x.numblocks[0]):
-            for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
-                axis_reads = [reads[i][k] for i, k in enumerate(spatial)]
-                if not all(axis_reads):
-                    continue
-                for rest in np.ndindex(*x.numblocks[1 + m :]):
-                    window = windows.setdefault((n, *spatial, *rest), ([], [], [], []))
-                    for combo in itertools.product(*axis_reads):
-                        ks = tuple(k for k, *_ in combo)
-                        owner = (n, *(owners[i][k] for i, k in enumerate(ks)), *rest)
-                        owner_chunks, _, owner_exports, _ = windows.setdefault(owner, ([], [], [], []))
-                        if ks not in owner_chunks:
-                            owner_chunks.append(ks)
-                        index = (slice(None), *(slice(a, z) for _, a, z, _ in combo))
-                        offsets = [o for *_, o in combo]
-                        if owner == (n, *spatial, *rest):
-                            window[1].append([owner_chunks.index(ks), index, offsets])
-                        else:
-                            owner_exports.append([owner_chunks.index(ks), index])
-                            window[3].append((owner, len(owner_exports) - 1, offsets))
+    windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if owned is not None else {}
     layer = {}
     for n, rows in enumerate(x.chunks[0]):
         for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
