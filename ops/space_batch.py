@@ -35,9 +35,9 @@ Chunk plans (DESIGN.md):
   its task reads them; with one, each chunk is read whole by the window that takes most of
   it, which copies out its neighbours' halo rows, so that no chunk is decoded twice. A
   BatchToSpaceND task reads the P chunks that feed P output blocks and makes those (a
-  bundle, while P chunks fit in half of ``array.chunk-size``);
-  otherwise each output block reads its 1/P of one chunk of each group (P decodes or
-  downloads of a chunk, nothing held).
+  bundle, while P chunks fit in half of ``array.chunk-size``); otherwise each output block
+  reads its 1/P of one chunk of each group (P decodes or downloads of a chunk, nothing
+  held).
 """
 
 from __future__ import annotations
