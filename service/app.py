@@ -91,7 +91,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (landing, processes, jobs, arrays, health):
         app.include_router(module.router)
     _api_description_routes(app)
+    if not settings.token:
+        _without_security(app)
     return app
+
+
+def _without_security(app: FastAPI) -> None:
+    """Without a token the service asks for none, so its OpenAPI document declares none:
+    ``require_token`` puts a bearer scheme on every operation but ``/`` and ``/healthz``, which
+    with a token configured is what generated clients and Swagger UI's "Authorize" send."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        document = generate()
+        document.get("components", {}).pop("securitySchemes", None)
+        for operations in document.get("paths", {}).values():
+            for operation in operations.values():
+                operation.pop("security", None)
+        return document
+
+    app.openapi = openapi
 
 
 def _api_description_routes(app: FastAPI) -> None:

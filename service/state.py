@@ -5,7 +5,8 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from fastapi import Request
+from fastapi import Request, Security
+from fastapi.security import HTTPBearer
 
 from service.cluster import Cluster
 from service.errors import UNAUTHORIZED, ServiceError
@@ -33,7 +34,16 @@ def base_url(request: Request) -> str:
     return str(request.base_url).rstrip("/")
 
 
-def require_token(request: Request) -> None:
+#: The token as the OpenAPI document's security scheme (``create_app`` drops it from the
+#: document when no token is configured). It only describes: ``auto_error=False`` never
+#: refuses a request, ``require_token`` does, with an OGC exception body.
+BEARER = HTTPBearer(
+    scheme_name="bearerAuth", auto_error=False,
+    description="The service's token (--token, CHUNKED_TENSOR_OPS_TOKEN) as Authorization: Bearer <token>.",
+)
+
+
+def require_token(request: Request, _described=Security(BEARER)) -> None:
     """With a token configured, ``Authorization: Bearer <token>`` (compared in constant time)."""
     token = request.app.state.services.settings.token
     if not token:

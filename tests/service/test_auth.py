@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -54,3 +56,26 @@ def test_the_right_token_opens_them(guarded):
     assert guarded.get("/docs", headers=auth).status_code == 200
     assert [p["id"] for p in guarded.get("/processes", headers=auth).json()["processes"]][0] == "depth_to_space"
     assert guarded.get("/arrays/x/info", headers=auth).status_code == 404  # past the check: no such array
+
+
+def test_the_document_declares_the_token_on_exactly_the_routes_that_check_it(guarded):
+    document = guarded.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    (name, scheme), = document["components"]["securitySchemes"].items()
+    assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+    templates = document["paths"]
+    checked = 0
+    for method, path in _routes(guarded.app):
+        if path in ("/openapi.json", "/docs"):  # not operations of the document
+            continue
+        template = next(t for t in templates if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", t), path))
+        declared = templates[template][method.lower()].get("security")
+        refused = guarded.request(method, path).status_code == 401
+        assert declared == ([{name: []}] if refused else None), (method, path, declared)
+        checked += 1
+    assert checked == sum(len(operations) for operations in templates.values())
+
+
+def test_without_a_token_the_document_declares_none(tmp_path):
+    document = create_app(make_settings(tmp_path)).openapi()
+    assert "securitySchemes" not in document.get("components", {})
+    assert not [op for operations in document["paths"].values() for op in operations.values() if "security" in op]
