@@ -97,9 +97,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _without_security(app: FastAPI) -> None:
-    """Without a token the service asks for none, so its OpenAPI document declares none:
-    ``require_token`` puts a bearer scheme on every operation but ``/`` and ``/healthz``, which
-    with a token configured is what generated clients and Swagger UI's "Authorize" send."""
+    """Without a token the service asks for none, so its OpenAPI document declares none.
+    (``require_token`` declares a bearer scheme on every operation that depends on it, all
+    but ``/`` and ``/healthz``; with a token configured, generated clients and Swagger UI's
+    "Authorize" send it.)"""
     generate = app.openapi
 
     def openapi() -> dict:
