@@ -577,7 +577,8 @@ def compute_store(client, stored: da.Array, timeout: float | None = None) -> Non
     """
     from distributed import futures_of, wait
 
-    futures = futures_of(client.persist(stored))
+    with ops.fusing_stores():  # as the service and the command line store (Dask optimizes at persist)
+        futures = futures_of(client.persist(stored))
     try:
         with client.as_current():  # wait() looks for the default client
             wait(futures, timeout=timeout)

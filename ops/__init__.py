@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ops import accessor, dtypes, errors  # accessor: registers DataArray.ops / Dataset.ops
 from ops._coords import CoordinateDropped
+from ops._fused_stores import fusing_stores
 from ops._scratch import scratch
 from ops.dequant import ascend_dequant, pack_deq_scale, unpack_deq_scale
 from ops.depth_space import depth_to_space, space_to_depth
@@ -30,6 +31,7 @@ __all__ = [
     "depth_to_space",
     "dtypes",
     "errors",
+    "fusing_stores",
     "gather_nd",
     "pack_deq_scale",
     "scratch",

@@ -52,7 +52,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _block_reads, _chunks, _lazy, _validate
+from ops import _block_reads, _chunks, _fused_stores, _lazy, _validate
 from ops._copy import copy_into
 from ops.errors import InvalidArgument
 from schemas import BatchToSpaceNDParams, SpaceToBatchNDParams, SpaceToBatchParams
@@ -624,8 +624,8 @@ def _batch_to_space_block(blocks, block_shape, crops):
     return batch_to_space_nd_kernel(list(blocks), block_shape, crops)
 
 
-def _batch_to_space_bundle(reads, outputs, block_shape):
-    """The output blocks fed by one bundle of source chunks, as a tuple.
+def _batch_to_space_bundle_blocks(reads, outputs, block_shape):
+    """The output blocks fed by one bundle of source chunks, one at a time.
 
     ``reads`` are ``[getter, source, slices, *extra]`` (one chunk each); ``outputs`` are
     ``(crops, parts)`` with one ``(chunk position in reads, slices)`` part per group.
@@ -633,11 +633,11 @@ def _batch_to_space_bundle(reads, outputs, block_shape):
     # Every chunk feeds every output block, so all P chunks' worth is held at once. Each
     # chunk, once read, is cut into the parts the output blocks take (copies) and dropped;
     # then each output block is made from its parts and they are dropped. At most P chunks'
-    # worth plus one read's buffers, or plus one output block, are held, and the output
-    # blocks are the task's result. (Scattering each chunk straight into the output blocks
-    # touches every 2 MiB page of them with the first group, every other row being that
-    # group's, so all P outputs sat beside all P chunks; with 4 KiB pages instead, the page
-    # faults cost more than these copies: 110-150 ms against 60 ms a bundle of 4 x 16 MiB.)
+    # worth plus one read's buffers, or plus one output block, are held. (Scattering each
+    # chunk straight into the output blocks touches every 2 MiB page of them with the first
+    # group, every other row being that group's, so all P outputs sat beside all P chunks;
+    # with 4 KiB pages instead, the page faults cost more than these copies: 110-150 ms
+    # against 60 ms a bundle of 4 x 16 MiB.)
     parts_of = [[None] * len(parts) for _, parts in outputs]
     for position, (func, source, slices, *extra) in enumerate(reads):
         chunk = func(source, slices, *extra)
@@ -646,11 +646,18 @@ def _batch_to_space_bundle(reads, outputs, block_shape):
                 if k == position:
                     held[j] = np.array(chunk[piece])
         del chunk
-    blocks = []
     for o, (crops, _) in enumerate(outputs):
-        blocks.append(batch_to_space_nd_kernel(parts_of[o], block_shape, crops))
+        block = batch_to_space_nd_kernel(parts_of[o], block_shape, crops)
         parts_of[o] = None
-    return tuple(blocks)
+        yield block
+        del block  # before the next one is made: the caller has stored it
+
+
+@_fused_stores.streams(_batch_to_space_bundle_blocks)
+def _batch_to_space_bundle(reads, outputs, block_shape):
+    """The output blocks fed by one bundle of source chunks, as a tuple. In a store graph
+    (``ops.fuse_stores``) the bundle writes each block as it makes it instead."""
+    return tuple(_batch_to_space_bundle_blocks(reads, outputs, block_shape))
 
 
 def _largest_block_bytes(x: da.Array) -> int:

@@ -275,7 +275,8 @@ class Plan:
         for name in ds.variables:  # the inputs' encodings (their chunks, codecs) are not the output's
             ds[name].encoding = {}
         encoding = {self.variable: {"chunks": self.output_chunks}} if self.result.ndim else {}
-        return ds.to_zarr(target, zarr_format=3, consolidated=True, compute=False, mode="w", encoding=encoding)
+        with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
+            return ds.to_zarr(target, zarr_format=3, consolidated=True, compute=False, mode="w", encoding=encoding)
 
     @property
     def output_chunks(self) -> tuple[int, ...]:

@@ -44,6 +44,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
+import ops
 from ops import dtypes
 from service import npy, zipstore
 from service.errors import bad_request, conflict, no_such_array, too_large
@@ -599,8 +600,9 @@ class ArrayStore:
         ds = stored.to_dataset(name=variable)
         ds.attrs = dict(group_attrs or {})
         encoding = {variable: {"chunks": chunks}} if stored.ndim else {}
-        return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
-                          encoding=encoding)
+        with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
+            return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
+                              encoding=encoding)
 
     def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
                    overwrite: bool) -> NpyUpload:

@@ -28,7 +28,7 @@ from distributed import Client
 import ops
 from ops.errors import InvalidArgument
 from service import batch, cli
-from tests.helpers import assert_same
+from tests.helpers import assert_same, stores_as_made
 from tests.service.test_cluster import DASK, _free_port, _stop
 
 SCRIPT = Path(sys.executable).parent / "chunked-tensor-ops"
@@ -188,6 +188,21 @@ def test_dry_run_plan_matches_dask_and_the_scheduler(runs, inputs):
     assert re.search(rf"100% {tasks}/{tasks} tasks", ran.stderr), (tasks, ran.stderr)  # the scheduler's count
     assert not (inputs / "plan.zarr").exists()  # a dry run writes nothing
     assert not [p for p in inputs.iterdir() if p.name.startswith(".plan.zarr")]
+
+
+def test_batch_to_space_bundles_store_their_own_blocks(tmp_path, capsys):
+    # One batch row per chunk: each task reads the P = 6 chunks that feed 6 output blocks, and
+    # in the run's store graph it writes them itself (ops.fusing_stores), the same bytes.
+    path = write_array(tmp_path / "rows.zarr", BATCH, (1, 2, 3, 2))
+    out = tmp_path / "o.zarr"
+    params = ["block_shape=[2,3]", "crops=[[0,0],[0,2]]"]  # no rechunk of the output for its Zarr chunks
+    plan = batch.build("batch_to_space_nd", [str(path)], str(out), param_items=params, variable_items=[],
+                       chunks=None, overwrite=False, output_variable=None, dry_run=True)
+    assert len(stores_as_made(plan.store_graph(zarr.storage.MemoryStore()))) == 4  # 2 batch x 2 row blocks
+    code, _, err = main_in_process(capsys, "batch_to_space_nd", "--input", str(path), "--param", params[0],
+                                   "--param", params[1], "--output", str(out), *QUICK)
+    assert code == 0, err
+    assert_same(xr.open_zarr(out)["result"].values, ops.batch_to_space_nd(BATCH, [2, 3], [[0, 0], [0, 2]]))
 
 
 def test_chunks_read_the_input_in_other_chunks(inputs, tmp_path, capsys):

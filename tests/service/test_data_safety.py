@@ -21,12 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+import xarray as xr
 
 import ops
 from service import storage
 from service.errors import ServiceError
 from service.records import JobRecords
 from service.storage import ArrayStore
+from tests.helpers import assert_same, stores_as_made
 from tests.service.conftest import NPY, eventually, inline, load_npy, npy_bytes
 from tests.service.test_e2e_http import _alive, _descendants, start_server, stop_server
 
@@ -245,6 +247,21 @@ def test_concurrent_overwrites(store):
     assert final.min() == final.max() and 1 <= final[0, 0] <= 24
     assert store.names() == ["many"]
     assert eventually(lambda: leftovers(store) == [])
+
+
+def test_a_job_result_is_stored_by_the_bundles_that_make_it(store):
+    # The store graph of a job's result (write_skeleton): BatchToSpaceND's bundles (P = 4 chunks
+    # of one batch row each) write their own output blocks (ops.fusing_stores), the same bytes.
+    x = np.arange(8 * 4 * 6 * 2, dtype=np.float32).reshape(8, 4, 6, 2)
+    put(store, "rows", x, chunks="1,-1,-1,-1")
+    rows = store.open("rows")
+    y = xr.DataArray(ops.batch_to_space_nd(rows.data, [2, 2], [[0, 1], [1, 0]]), dims=rows.dims)
+    built = store.new_version("bundles-")
+    fill = store.write_skeleton(built, y, tuple(c[0] for c in y.chunks), "bundled")
+    assert stores_as_made(fill)
+    fill.compute(scheduler="sync")
+    store.publish(built, "bundled", overwrite=False)
+    assert_same(store.read_small("bundled", 2**20), ops.batch_to_space_nd(x, [2, 2], [[0, 1], [1, 0]]))
 
 
 def test_pinned_read_keeps_its_version(store):

@@ -1,0 +1,186 @@
+"""Writing the blocks of a multi-output task where they are made.
+
+Some plans make several output blocks in one task: BatchToSpaceND's bundles read P source
+chunks once and make the P output blocks they feed. In a store graph (``da.store`` or
+``to_zarr`` with ``compute=False``) each of those blocks is then written by a store task of
+its own, so the bundle's whole result stays in the worker's memory, as one Dask result, until
+the last of its store tasks has run. A worker near its spill line writes that result to disk
+and reads it back for each store task (measured in bench/RESULTS.md: 270 spill writes per
+worker in one BatchToSpaceND run). Inside ``fusing_stores`` Dask's optimization rewrites
+such a graph so that the task writes each block as soon as it is made, with the very store
+task Dask built for it, and holds no block once it is written: nothing is left to spill.
+
+A plan opts in by registering, for the function of its multi-output task, a function with the
+same arguments that yields the blocks one at a time (``streams``). Any other graph, or a block
+that something besides its store task needs, is left as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections import defaultdict
+
+import dask
+from dask.array.core import load_store_chunk
+from dask.array.optimization import optimize as _array_optimize
+from dask.base import tokenize
+from dask.core import flatten
+
+try:  # Dask's task objects (2024.12+); private, so a Dask without them means "no rewrite"
+    from dask._task_spec import Alias, DataNode, Task, TaskRef, convert_legacy_graph
+except ImportError:  # pragma: no cover - depends on the installed Dask
+    Task = None
+
+#: A multi-output task's function -> the function with the same arguments yielding its blocks.
+_BLOCKS_OF: dict = {}
+
+
+def streams(blocks):
+    """Register ``blocks`` (a generator function) as the block-by-block form of the decorated
+    multi-output function, whose result is ``tuple(blocks(*args))``."""
+
+    def register(function):
+        _BLOCKS_OF[function] = blocks
+        return function
+
+    return register
+
+
+def _store_as_made(blocks, stores, *args):
+    """Make the blocks with ``blocks(*args)`` and store each with its store tasks (``stores``:
+    block position -> [(key the store task reads the block under, store task)]) as soon as it
+    is made; the store tasks' results, in the order of ``stores``."""
+    results = {}
+    for position, block in enumerate(blocks(*args)):
+        for ref, store in stores.get(position, ()):
+            results[store.key] = store({ref: block})
+        del block
+    return tuple(results[store.key] for writes in stores.values() for _, store in writes)
+
+
+def _picked(node):
+    """(task key, position) when ``node`` is ``getitem(<task>, <int>)``, else None."""
+    if not isinstance(node, Task) or node.func is not operator.getitem or node.kwargs or len(node.args) != 2:
+        return None
+    ref, position = node.args
+    if isinstance(position, DataNode):
+        position = position.value
+    if not isinstance(position, int):
+        return None
+    if isinstance(ref, TaskRef):  # a key in a task object
+        return ref.key, position
+    if isinstance(ref, Alias):  # a key in a legacy tuple, as Dask converts it
+        return ref.target, position
+    return None
+
+
+def _store_source(node):
+    """The key a ``da.store`` task writes, when ``node`` is one, else None."""
+    if not isinstance(node, Task) or node.func is not load_store_chunk or not node.args:
+        return None
+    ref = node.args[0]
+    if not isinstance(ref, TaskRef) or node.dependencies != {ref.key}:
+        return None
+    return ref.key
+
+
+def _rewritten(graph, kept):
+    """The tasks of ``graph`` (a Dask graph, high-level or not) with each registered
+    multi-output task storing its own blocks, or None when nothing in it can be rewritten.
+    ``kept``: the keys the caller asks for (never rewritten away)."""
+    if Task is None:  # pragma: no cover - depends on the installed Dask
+        return None
+    layers = getattr(graph, "layers", {"": graph})
+    if not any(f in _BLOCKS_OF for layer in layers.values() for f in _functions(layer)):
+        return None
+    tasks = convert_legacy_graph(dict(graph))
+    dependents = defaultdict(set)
+    for key, node in tasks.items():
+        for dependency in node.dependencies:
+            dependents[dependency].add(key)
+
+    # multi-output task -> {position: [(picked block's key, store key)]}
+    writes: dict = defaultdict(lambda: defaultdict(list))
+    for key, node in tasks.items():
+        source = _store_source(node)
+        picked = _picked(tasks.get(source))
+        if picked is None:
+            continue
+        multi, position = picked
+        if getattr(tasks.get(multi), "func", None) in _BLOCKS_OF and dependents[source] == {key} and source not in kept:
+            writes[multi][position].append((source, key))
+
+    new = dict(tasks)
+    for multi, by_position in writes.items():
+        picks = {source for pairs in by_position.values() for source, _ in pairs}
+        if dependents[multi] != picks or multi in kept:
+            continue  # the task's result is needed elsewhere: it must still be made whole
+        node = tasks[multi]
+        stores = {p: [(source, tasks[key]) for source, key in pairs] for p, pairs in sorted(by_position.items())}
+        order = [store.key for pairs in stores.values() for _, store in pairs]  # as _store_as_made returns them
+        # A new key: what the task computes now depends on the stores it serves. Dask may
+        # optimize two collections that share the task one by one and merge the graphs; the
+        # old key would then name two different tasks.
+        fused = _fused_key(multi, order)
+        run = functools.partial(_store_as_made, _BLOCKS_OF[node.func], stores)
+        new[fused] = Task(fused, run, *node.args, **node.kwargs)
+        for number, key in enumerate(order):
+            new[key] = Task(key, operator.getitem, TaskRef(fused), number)
+        for source in picks:
+            del new[source]
+        del new[multi]
+    return new if len(new) != len(tasks) else None
+
+
+def _optimize(dsk, keys, **kwargs):
+    """Dask's array optimization, after the rewrite."""
+    new = _rewritten(dsk, set(flatten(keys)))
+    return _array_optimize(dsk if new is None else new, keys, **kwargs)
+
+
+def _fused_key(key, stores):
+    """``key`` renamed for the task that also runs ``stores`` (deterministic, like Dask's names)."""
+    token = tokenize(stores)
+    if isinstance(key, tuple):
+        return (f"{key[0]}-stored-{token}", *key[1:])
+    return f"{key}-stored-{token}"
+
+
+def fusing_stores():
+    """A context in which Dask's array optimization lets registered multi-output tasks store
+    their own blocks.
+
+    Dask optimizes a store graph when it is computed or persisted (``da.store(...,
+    compute=False)``), and xarray's ``to_zarr(compute=False)`` optimizes its graph as it builds
+    it: build or submit the graph inside the context. Graphs without such tasks are optimized
+    exactly as Dask does.
+
+    Returns
+    -------
+    dask.config.set
+        The context manager (Dask's configuration is process-wide while it is entered).
+
+    Examples
+    --------
+    >>> import dask.array as da, numpy as np, zarr, ops
+    >>> x = da.zeros((8, 4, 4, 1), chunks=(1, 4, 4, 1))
+    >>> y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    >>> z = zarr.create_array(zarr.storage.MemoryStore(), shape=y.shape, dtype=y.dtype, chunks=(1, 4, 8, 1))
+    >>> with ops.fusing_stores():
+    ...     da.store(y, z, lock=False)
+    """
+    return dask.config.set(array_optimize=_optimize)
+
+
+def _functions(layer):
+    """The functions of a materialized layer's tasks (legacy tuples or task objects); none
+    for a layer that is not materialized (Blockwise layers are never multi-output tasks)."""
+    mapping = getattr(layer, "mapping", None)
+    if not isinstance(mapping, dict):
+        return ()
+    return {
+        node.func if isinstance(node, Task) else node[0]
+        for node in mapping.values()
+        if isinstance(node, Task) or (isinstance(node, tuple) and node and callable(node[0]))
+    }
