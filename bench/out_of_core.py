@@ -501,6 +501,22 @@ def check_batch_to_space(arrays, y, pool):
     return _run_slabs(pool, one, _slabs((B, x.shape[1]), x.chunks[1]))
 
 
+def check_batch_to_space_cropped(arrays, y, pool):
+    """Crops [[1, 1], [1, 1]]: the uncropped rows 2*s0:2*s1 of every input row slab, cropped here
+    by plain slicing (one row and one column off each edge of the whole output)."""
+    x = arrays["x"]
+    B, H, W = x.shape[0] // 4, x.shape[1], x.shape[2]
+
+    def one(b, s0, s1):
+        groups = np.stack([x[j * B + b, s0:s1] for j in range(4)])
+        full = ops.batch_to_space_nd(groups, [2, 2], NO_PAD)[:, :, 1:2 * W - 1]
+        lo, hi = max(2 * s0, 1), min(2 * s1, 2 * H - 1)  # the uncropped rows the crop keeps
+        return _same("batch_to_space_nd", f"[{b}, rows {s0}:{s1}, cropped]", full[:, lo - 2 * s0:hi - 2 * s0],
+                     y[b:b + 1, lo - 1:hi - 1])
+
+    return _run_slabs(pool, one, _slabs((B, x.shape[1]), x.chunks[1]))
+
+
 def check_gather_nd(arrays, y, pool):
     """Every tuple: tuples are grouped by the params chunk they hit; each chunk is read once and
     ``ops.gather_nd`` of it (NumPy) at the tuples' local coordinates is compared with their output rows."""
@@ -552,6 +568,8 @@ CASES = {c.name: c for c in (
          lambda a, y, p: check_space_to_batch(a, y, p, padded=True), "copy"),
     Case("batch_to_space_nd", "BatchToSpaceND [2,2]", ("x",),
          lambda a: ops.batch_to_space_nd(a["x"], [2, 2], NO_PAD), check_batch_to_space, "copy"),
+    Case("batch_to_space_nd_cropped", "BatchToSpaceND [2,2] crop 1", ("x",),
+         lambda a: ops.batch_to_space_nd(a["x"], [2, 2], PAD), check_batch_to_space_cropped, "copy"),
     Case("gather_nd", "GatherNd (lazy indices)", ("x", "indices"),
          lambda a: ops.gather_nd(a["x"], a["indices"]), check_gather_nd, "copy"),
     Case("gather_nd_disk_scratch", "GatherNd (lazy indices), scratch on local disk", ("x", "indices"),
