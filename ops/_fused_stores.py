@@ -47,16 +47,30 @@ def streams(blocks):
     return register
 
 
-def _store_as_made(blocks, stores, *args):
+def _store_as_made(blocks, stores, keep, *args):
     """Make the blocks with ``blocks(*args)`` and store each with its store tasks (``stores``:
     block position -> [(key the store task reads the block under, store task)]) as soon as it
-    is made; the store tasks' results, in the order of ``stores``."""
-    results = {}
+    is made. Returns (the blocks at the positions ``keep``, which other tasks take, in that
+    order; the store tasks' results, in the order of ``stores``)."""
+    results, kept = {}, {}
     for position, block in enumerate(blocks(*args)):
         for ref, store in stores.get(position, ()):
             results[store.key] = store({ref: block})
+        if position in keep:
+            kept[position] = block
         del block
-    return tuple(results[store.key] for writes in stores.values() for _, store in writes)
+    return (tuple(kept[p] for p in keep),
+            tuple(results[store.key] for writes in stores.values() for _, store in writes))
+
+
+def _kept(result, number: int):
+    """The ``number``-th block a fused task kept for other tasks."""
+    return result[0][number]
+
+
+def _stored(result, number: int):
+    """The result of the ``number``-th store task a fused task ran."""
+    return result[1][number]
 
 
 def _picked(node):
@@ -114,19 +128,24 @@ def _rewritten(graph, kept):
     new = dict(tasks)
     for multi, by_position in writes.items():
         picks = {source for pairs in by_position.values() for source, _ in pairs}
-        if dependents[multi] != picks or multi in kept:
-            continue  # the task's result is needed elsewhere: it must still be made whole
+        # The task's other dependents must be picks of its blocks too: those blocks it keeps.
+        others = {key: _picked(tasks[key]) for key in dependents[multi] - picks}
+        if multi in kept or any(p is None or p[0] != multi for p in others.values()):
+            continue  # its result is needed whole: it must still be made so
         node = tasks[multi]
         stores = {p: [(source, tasks[key]) for source, key in pairs] for p, pairs in sorted(by_position.items())}
         order = [store.key for pairs in stores.values() for _, store in pairs]  # as _store_as_made returns them
+        keep = tuple(sorted({position for _, position in others.values()}))
         # A new key: what the task computes now depends on the stores it serves. Dask may
         # optimize two collections that share the task one by one and merge the graphs; the
         # old key would then name two different tasks.
         fused = _fused_key(multi, order)
-        run = functools.partial(_store_as_made, _BLOCKS_OF[node.func], stores)
+        run = functools.partial(_store_as_made, _BLOCKS_OF[node.func], stores, keep)
         new[fused] = Task(fused, run, *node.args, **node.kwargs)
         for number, key in enumerate(order):
-            new[key] = Task(key, operator.getitem, TaskRef(fused), number)
+            new[key] = Task(key, _stored, TaskRef(fused), number)
+        for key, (_, position) in others.items():
+            new[key] = Task(key, _kept, TaskRef(fused), keep.index(position))
         for source in picks:
             del new[source]
         del new[multi]

@@ -62,16 +62,17 @@ def chunkings(draw, shape) -> tuple[tuple[int, ...], ...]:
 dtype_strategy = st.sampled_from(ALL_DTYPES)
 
 
-def stores_as_made(collection) -> list:
-    """The keys of the tasks in ``collection``'s graph (as it is, not optimized again) that
-    make several blocks and store each as it is made (``ops.fusing_stores``)."""
+def stores_as_made(graph) -> list:
+    """The keys of the tasks in ``graph`` (a collection's, as it is, not optimized again; or a
+    mapping of tasks) that make several blocks and store each as it is made
+    (``ops.fusing_stores``)."""
     import functools
 
     from dask._task_spec import Task, convert_legacy_graph
 
     from ops._fused_stores import _store_as_made
 
-    tasks = convert_legacy_graph(dict(collection.__dask_graph__()))
+    tasks = convert_legacy_graph(dict(graph.__dask_graph__() if hasattr(graph, "__dask_graph__") else graph))
     return [key for key, task in tasks.items()
             if isinstance(task, Task) and isinstance(task.func, functools.partial) and task.func.func is _store_as_made]
 

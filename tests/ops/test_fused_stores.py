@@ -45,7 +45,7 @@ def _optimized_tasks(collection) -> dict:
 
 
 def _stores_as_made(tasks: dict) -> list:
-    return stores_as_made(HighLevelGraph.from_collections("tasks", tasks, dependencies=()))
+    return stores_as_made(tasks)
 
 
 def test_bundles_store_their_own_blocks():
@@ -61,8 +61,8 @@ def test_bundles_store_their_own_blocks():
     bundles = _stores_as_made(tasks)
     assert len(bundles) == 4  # one per row of chunks, each making and storing 4 blocks
     assert len(tasks) < len(plain)
-    # The bundles' results are the store tasks' (None), not blocks held for other tasks.
-    assert dask.get(tasks, bundles) == tuple((None,) * 4 for _ in bundles)
+    # The bundles' results: no block kept for other tasks, and the store tasks' Nones.
+    assert dask.get(tasks, bundles) == tuple(((), (None,) * 4) for _ in bundles)
     assert_same(z[...], ops.batch_to_space_nd(data, *B2S))
 
 
@@ -194,3 +194,22 @@ def test_store_tasks_are_load_store_chunk():
     stored = da.store(y, _target(y), lock=False, compute=False)
     funcs = {t.func for t in convert_legacy_graph(dict(stored.__dask_graph__())).values() if isinstance(t, Task)}
     assert load_store_chunk in funcs
+
+
+def test_a_block_another_task_takes_is_kept_and_the_others_stored():
+    # Block 1 of the multi-output task is also summed by another task: the fused task stores
+    # blocks 0 and 2 as it makes them and keeps block 1 for the sum (stored by its own task).
+    log = _Log()
+    layer = {("multi", 0): (_all_made, log, 3)}
+    layer.update({("y", i, 0): (operator.getitem, ("multi", 0), i) for i in range(3)})
+    graph = HighLevelGraph.from_collections("y", layer, dependencies=())
+    y = da.Array(graph, "y", chunks=((1, 1, 1), (2,)), dtype=np.int16)
+    total = y.blocks[1].sum()  # an array too: Dask optimizes it with the store, in one graph
+    target = _LoggedTarget(log, (3, 2))
+    stored = da.store(y, target, lock=False, compute=False)
+    with ops.fusing_stores():
+        _, summed = dask.compute(stored, total, scheduler="sync")
+    assert summed == 2  # block 1 is [[1, 1]]
+    assert_same(target.data, np.repeat(np.arange(3, dtype=np.int16), 2).reshape(3, 2))
+    # Blocks 0 and 2 written as made; block 1 kept, and written by its own store task after.
+    assert log.events == [("made", 0), ("stored", 0), ("made", 1), ("made", 2), ("stored", 2), ("stored", 1)]

@@ -247,3 +247,33 @@ def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
     with dask.config.set({"array.chunk-size": f"{4 * windows * math.prod(chunks) * 4}B"}):
         lazy = ops.space_to_batch_nd(_zarr_input(x, chunks), block, pads)
     assert_same(compute(lazy), ops.space_to_batch_nd(x, block, pads))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_batch_to_space_nd_cropped_blocks_are_zarr_chunks(data):
+    # Batch chunked (bundles) and a crop before the first row of the first spatial axis: the
+    # output blocks are counted from the first kept row, so they are regular (a Zarr array's
+    # chunks, no rechunk to store them), and blocks that run into the next input chunk are
+    # joined from the rows of two bundles. Stored inside ops.fusing_stores too.
+    import zarr
+
+    block = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
+    groups = math.prod(block)
+    rows = data.draw(st.integers(1, 4))  # input rows per chunk on the first spatial axis
+    spatial = [rows * data.draw(st.integers(2, 5)), *(data.draw(st.integers(1, 3)) for _ in block[1:])]
+    lo = data.draw(st.integers(1, spatial[0] * block[0] - 1))
+    hi = data.draw(st.integers(0, spatial[0] * block[0] - lo - 1))
+    crops = [[lo, hi], *([0, data.draw(st.integers(0, n * b - 1))] for n, b in zip(spatial[1:], block[1:]))]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    count = data.draw(st.integers(1 if groups > 1 else 2, 2))  # a batch in more than one chunk
+    x = random_array(rng, (groups * count, *spatial, 2), np.float32)
+    lazy = ops.batch_to_space_nd(_zarr_input(x, (1, rows, *spatial[1:], 2)), block, crops)
+    expected = ops.batch_to_space_nd(x, block, crops)
+    assert all(len(set(c[:-1])) <= 1 and c[-1] <= c[0] for c in lazy.chunks), lazy.chunks
+    assert_same(compute(lazy), expected)
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=lazy.shape, chunks=[c[0] for c in lazy.chunks],
+                          dtype=lazy.dtype, fill_value=0)
+    with ops.fusing_stores():
+        da.store(lazy, z, lock=False, scheduler="threads")
+    assert_same(z[...], expected)
