@@ -8,11 +8,12 @@ the last of its store tasks has run. A worker near its spill line writes that re
 and reads it back for each store task (measured in bench/RESULTS.md: 270 spill writes per
 worker in one BatchToSpaceND run). Inside ``fusing_stores`` Dask's optimization rewrites
 such a graph so that the task writes each block as soon as it is made, with the very store
-task Dask built for it, and holds no block once it is written: nothing is left to spill.
+task Dask built for it, and holds no block once it is written: nothing is left to spill. A
+block that other tasks take as well (or instead) is kept in the task's result for them.
 
 A plan opts in by registering, for the function of its multi-output task, a function with the
-same arguments that yields the blocks one at a time (``streams``). Any other graph, or a block
-that something besides its store task needs, is left as it is.
+same arguments that yields the blocks one at a time (``streams``). Any other graph, or a task
+whose result something takes whole, is left as it is.
 """
 
 from __future__ import annotations
