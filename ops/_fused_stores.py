@@ -183,9 +183,10 @@ def fusing_stores():
 
     Examples
     --------
-    >>> import dask.array as da, numpy as np, zarr, ops
-    >>> x = da.zeros((8, 4, 4, 1), chunks=(1, 4, 4, 1))
-    >>> y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    >>> import dask.array as da, zarr, ops
+    >>> source = zarr.create_array(zarr.storage.MemoryStore(), shape=(8, 4, 4, 1), chunks=(1, 4, 4, 1),
+    ...                            dtype="float32", fill_value=0)
+    >>> y = ops.batch_to_space_nd(da.from_zarr(source), [2, 2], [[0, 0], [0, 0]])  # in bundles
     >>> z = zarr.create_array(zarr.storage.MemoryStore(), shape=y.shape, dtype=y.dtype, chunks=(1, 4, 8, 1))
     >>> with ops.fusing_stores():
     ...     da.store(y, z, lock=False)
@@ -196,7 +197,7 @@ def fusing_stores():
 def _functions(layer):
     """The functions of a materialized layer's tasks (legacy tuples or task objects); none
     for a layer that is not materialized (Blockwise layers are never multi-output tasks)."""
-    mapping = getattr(layer, "mapping", None)
+    mapping = layer if isinstance(layer, dict) else getattr(layer, "mapping", None)
     if not isinstance(mapping, dict):
         return ()
     return {
