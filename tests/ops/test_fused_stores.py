@@ -168,14 +168,19 @@ class _LoggedTarget:
         self.data[index] = value
 
 
+def _three_blocks(log) -> da.Array:
+    """A [3, 2] array whose blocks (rows) one registered multi-output task makes."""
+    layer = {("multi", 0): (_all_made, log, 3)}
+    layer.update({("y", i, 0): (operator.getitem, ("multi", 0), i) for i in range(3)})
+    graph = HighLevelGraph.from_collections("y", layer, dependencies=())
+    return da.Array(graph, "y", chunks=((1, 1, 1), (2,)), dtype=np.int16)
+
+
 def test_each_block_is_stored_before_the_next_is_made():
     # A registered multi-output task of 3 blocks: with the rewrite, block i is written as soon
     # as it is made, before block i + 1 exists; the task's result holds no block.
     log = _Log()
-    layer = {("multi", 0): (_all_made, log, 3)}
-    layer.update({("y", i, 0): (operator.getitem, ("multi", 0), i) for i in range(3)})
-    graph = HighLevelGraph.from_collections("y", layer, dependencies=())
-    y = da.Array(graph, "y", chunks=((1, 1, 1), (2,)), dtype=np.int16)
+    y = _three_blocks(log)
     target = _LoggedTarget(log, (3, 2))
     with ops.fusing_stores():
         da.store(y, target, lock=False, scheduler="sync")
@@ -200,10 +205,7 @@ def test_a_block_another_task_takes_is_kept_and_the_others_stored():
     # Block 1 of the multi-output task is also summed by another task: the fused task stores
     # blocks 0 and 2 as it makes them and keeps block 1 for the sum (stored by its own task).
     log = _Log()
-    layer = {("multi", 0): (_all_made, log, 3)}
-    layer.update({("y", i, 0): (operator.getitem, ("multi", 0), i) for i in range(3)})
-    graph = HighLevelGraph.from_collections("y", layer, dependencies=())
-    y = da.Array(graph, "y", chunks=((1, 1, 1), (2,)), dtype=np.int16)
+    y = _three_blocks(log)
     total = y.blocks[1].sum()  # an array too: Dask optimizes it with the store, in one graph
     target = _LoggedTarget(log, (3, 2))
     stored = da.store(y, target, lock=False, compute=False)
