@@ -75,4 +75,3 @@ def stores_as_made(graph) -> list:
     tasks = convert_legacy_graph(dict(graph.__dask_graph__() if hasattr(graph, "__dask_graph__") else graph))
     return [key for key, task in tasks.items()
             if isinstance(task, Task) and isinstance(task.func, functools.partial) and task.func.func is _store_as_made]
-
