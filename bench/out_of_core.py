@@ -61,6 +61,7 @@ from dask.utils import parse_bytes
 from zarr.codecs import ZstdCodec
 
 import ops
+from ops import _chunks
 from bench.common import Processes, free_port, machine, wait_until
 from service.fsspec_store import ObjectStore
 
@@ -611,7 +612,7 @@ def lazy_inputs(arrays: dict[str, zarr.Array]) -> dict[str, da.Array]:
 
 
 def regular(chunks) -> bool:
-    return all(len(set(c[:-1])) <= 1 and (len(c) < 2 or c[-1] <= c[0]) for c in chunks)
+    return all(map(_chunks.zarr_regular, chunks))
 
 
 def pipeline(case: Case, arrays: dict[str, zarr.Array], storage, out_name: str):

@@ -89,6 +89,12 @@ def regular(total: int, size: int) -> tuple[int, ...]:
     return (size,) * (total // size) + ((total % size,) if total % size else ())
 
 
+def zarr_regular(chunks: tuple[int, ...]) -> bool:
+    """Whether blocks of these sizes along one axis can be a Zarr array's chunks as they are:
+    all equal but a shorter last one."""
+    return len(chunks) < 2 or (len(set(chunks[:-1])) == 1 and chunks[-1] <= chunks[0])
+
+
 # More blocks than this is no graph Dask can schedule (each block is at least one task).
 MAX_BLOCKS = 10_000_000
 

@@ -689,11 +689,6 @@ def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, 
     return result
 
 
-def _zarr_regular(chunks) -> bool:
-    """Whether blocks of these sizes can be a Zarr array's chunks: all equal but a shorter last."""
-    return len(chunks) < 2 or (len(set(chunks[:-1])) == 1 and chunks[-1] <= chunks[0])
-
-
 def _shifted_rows(chunks, b: int, lo: int, length: int, size: int):
     """Output blocks of ``size`` rows on the first spatial axis, counted from the first row the
     crop keeps (so that they are a Zarr array's chunks whatever the crop): for each block, its
@@ -769,7 +764,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         source is not None and not single
         and groups * _largest_block_bytes(x) <= _chunks.target_bytes() // 2
     )
-    if bundled and not _zarr_regular(out_chunks[1]) and all(map(_zarr_regular, out_chunks[2 : 1 + m])):
+    other_axes_regular = all(map(_chunks.zarr_regular, out_chunks[2 : 1 + m]))
+    if bundled and not _chunks.zarr_regular(out_chunks[1]) and other_axes_regular:
         # A crop before the first row makes the first block short, and a Zarr store needs
         # regular chunks: to_zarr would rechunk the whole output (3 GiB on S3: 0.82x of a copy,
         # 1.7 GB spilled per 384 MiB worker). Blocks counted from the first kept row instead.
