@@ -825,7 +825,7 @@ def _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks
         for pieces, (before, after) in rows
     )
     bundles: dict[tuple, list] = {}  # source chunks -> [(crops or None, parts)] of each output
-    outputs: dict[tuple, list] = {}  # output block index -> [(bundle's source chunks, position)]
+    outputs: dict[tuple, tuple] = {}  # output block index -> ([(bundle's source chunks, position)], crops)
     layer = {}
 
     def parts_of(n, k, start, stop, other, rest):
@@ -852,12 +852,12 @@ def _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks
                         unique, parts = parts_of(n, k, start, stop, chunks_other, rest)
                         made.append((unique, len(bundles.setdefault(unique, []))))
                         bundles[unique].append((block_crops if len(row_pieces) == 1 else None, parts))
-                    outputs[index] = made
+                    outputs[index] = (made, block_crops)
     numbers = {unique: number for number, unique in enumerate(bundles)}
     for unique, plan in bundles.items():
         key = (bundle_name, numbers[unique])
         layer[key] = (_batch_to_space_bundle, [list(source.read(b)) for b in unique], plan, list(block_shape))
-    for index, made in outputs.items():
+    for index, (made, block_crops) in outputs.items():
         picks = [(operator.getitem, (bundle_name, numbers[unique]), position) for unique, position in made]
         if len(picks) == 1:
             layer[(name, *index)] = picks[0]
@@ -866,9 +866,7 @@ def _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks
         for half, pick in zip(("tail", "head"), picks):
             layer[(f"{part_name}-{half}", *index)] = pick
             halves.append((f"{part_name}-{half}", *index))
-        row_crops = rows[index[1]][1]
-        crops_other = [local_crops[1 + i][j] for i, j in enumerate(index[2 : 1 + m])]
-        layer[(name, *index)] = (_batch_to_space_joined, *halves, list(block_shape), [row_crops, *crops_other])
+        layer[(name, *index)] = (_batch_to_space_joined, *halves, list(block_shape), block_crops)
     graph = _graph(name, layer, x, source)
     return da.Array(graph, name, chunks=tuple(out_chunks), meta=_lazy.meta(x.ndim, x.dtype))
 
