@@ -1,7 +1,8 @@
 """Writing the blocks of a multi-output task where they are made.
 
 Some plans make several output blocks in one task: BatchToSpaceND's bundles read P source
-chunks once and make the P output blocks they feed. In a store graph (``da.store`` or
+chunks once and make the P output blocks they feed; SpaceToBatchND's windows on a chunked batch
+axis make the P blocks of their groups at once. In a store graph (``da.store`` or
 ``to_zarr`` with ``compute=False``) each of those blocks is then written by a store task of
 its own, so the bundle's whole result stays in the worker's memory, as one Dask result, until
 the last of its store tasks has run. A worker near its spill line writes that result to disk

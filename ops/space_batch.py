@@ -434,9 +434,36 @@ def _owned_windows(reads, batch_blocks: int, rest_blocks) -> dict:
     return windows
 
 
-def _group_rows(block, groups: int, g: int):
+def _groups(block, block_shape) -> tuple:
+    """The P output blocks of an input batch chunk's all-groups block: views of its rows, group
+    by group (output batch index g*B + n), no copy."""
+    groups = math.prod(block_shape)
     rows = block.shape[0] // groups
-    return block[g * rows : (g + 1) * rows]
+    return tuple(block[g * rows : (g + 1) * rows] for g in range(groups))
+
+
+def _space_to_batch_group_blocks(pieces, block_shape, shape, dtype, fill: bool):
+    """The output blocks, one per group, of one batch chunk's pieces, one at a time."""
+    yield from _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
+
+
+@_fused_stores.streams(_space_to_batch_group_blocks)
+def _space_to_batch_groups(pieces, block_shape, shape, dtype, fill: bool):
+    """The output blocks, one per group, of one batch chunk's pieces, as a tuple. In a store
+    graph (``ops.fusing_stores``) the task writes each block itself instead."""
+    return _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
+
+
+def _with_halos_group_blocks(window, halos, block_shape):
+    """A window's output blocks, one per group, with its halos written in, one at a time."""
+    yield from _groups(_with_halos(window, halos, block_shape), block_shape)
+
+
+@_fused_stores.streams(_with_halos_group_blocks)
+def _with_halos_groups(window, halos, block_shape):
+    """A window's output blocks, one per group, with its halos written in, as a tuple. In a
+    store graph (``ops.fusing_stores``) the task writes each block itself instead."""
+    return _groups(_with_halos(window, halos, block_shape), block_shape)
 
 
 def _piece_args(x: da.Array, key, combo, layer, edge_key):
@@ -598,6 +625,7 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
                         layer[(edge_name, n, *spatial, *rest, e)] = (_export, window_key, e)
                     halo_pieces = [[(edge_name, *owner, e), None, offsets] for owner, e, offsets in halos]
                     task = (_with_halos, window_key, halo_pieces, block_shape)
+                    groups_task = (_with_halos_groups, *task[1:])
                 else:
                     pieces = []
                     for p, combo in enumerate(itertools.product(*axis_reads)):
@@ -609,13 +637,15 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
                         local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
                         pieces.append([source.read(block, local), None, [o for *_, o in combo]])
                     task = (_space_to_batch_pieces, pieces, block_shape, shape, dtype, not covered)
+                    groups_task = (_space_to_batch_groups, *task[1:])
                 if single:
                     layer[out_keys[0]] = task
                     continue
+                # The P blocks as one multi-output task: in a store graph it writes them itself.
                 all_key = (all_name, n, *spatial, *rest)
-                layer[all_key] = task
+                layer[all_key] = groups_task
                 for g, key in enumerate(out_keys):
-                    layer[key] = (_group_rows, all_key, groups, g)
+                    layer[key] = (operator.getitem, all_key, g)
     graph = _graph(name, layer, x, source or owned)
     return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 

@@ -9,6 +9,7 @@ import operator
 import dask
 import dask.array as da
 import numpy as np
+import pytest
 import xarray as xr
 import zarr
 from dask._task_spec import Task, convert_legacy_graph
@@ -64,6 +65,26 @@ def test_bundles_store_their_own_blocks():
     # The bundles' results: no block kept for other tasks, and the store tasks' Nones.
     assert dask.get(tasks, bundles) == tuple(((), (None,) * 4) for _ in bundles)
     assert_same(z[...], ops.batch_to_space_nd(data, *B2S))
+
+
+@pytest.mark.parametrize("paddings", [[[0, 0], [0, 0]], [[1, 1], [1, 1]], [[2, 0], [0, 2]]])
+def test_space_to_batch_windows_store_their_own_group_blocks(paddings):
+    # A window (one batch chunk's rows of every group, with halos read by their owners when
+    # padded) makes the P = 4 output blocks of its groups and writes them itself.
+    data, x = _zarr_input(shape=(4, 16, 8, 2), chunks=(2, 4, 8, 2), seed=4)
+    y = ops.space_to_batch_nd(x, [2, 2], paddings)
+    z = _target(y)
+    stored = da.store(y, z, lock=False, compute=False)
+    plain = _optimized_tasks(stored)
+    assert not _stores_as_made(plain)
+    with ops.fusing_stores():
+        tasks = _optimized_tasks(stored)
+        dask.compute(stored, scheduler="threads")
+    windows = _stores_as_made(tasks)
+    assert len(windows) == x.numblocks[0] * y.numblocks[1]  # one per batch chunk and output row of blocks
+    assert all(len(result[1]) == 4 for result in dask.get(tasks, windows))
+    assert len(tasks) < len(plain)
+    assert_same(z[...], ops.space_to_batch_nd(data, [2, 2], paddings))
 
 
 def test_fused_store_graph_computes_what_dask_stores():
@@ -123,7 +144,9 @@ def test_to_zarr_builds_the_fused_graph(tmp_path):
 
 def test_graphs_without_multi_output_tasks_are_optimized_as_dask_does():
     _, x = _zarr_input(shape=(2, 8, 8, 8), chunks=(1, 4, 4, 8))
-    for y in (ops.depth_to_space(x, 2), ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]]), x + 1):
+    # (SpaceToBatchND with one batch chunk: one task per output block.)
+    single = _zarr_input(shape=(1, 8, 8, 8), chunks=(1, 4, 4, 8))[1]
+    for y in (ops.depth_to_space(x, 2), ops.space_to_batch_nd(single, [2, 2], [[1, 1], [0, 0]]), x + 1):
         stored = da.store(y, _target(y), lock=False, compute=False)
         plain = _optimized_tasks(stored)
         with ops.fusing_stores():

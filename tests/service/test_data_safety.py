@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import math
 import os
 import signal
 import sqlite3
@@ -249,19 +250,25 @@ def test_concurrent_overwrites(store):
     assert eventually(lambda: leftovers(store) == [])
 
 
-def test_a_job_result_is_stored_by_the_bundles_that_make_it(store):
-    # The store graph of a job's result (write_skeleton): BatchToSpaceND's bundles (P = 4 chunks
-    # of one batch row each) write their own output blocks (ops.fusing_stores), the same bytes.
-    x = np.arange(8 * 4 * 6 * 2, dtype=np.float32).reshape(8, 4, 6, 2)
-    put(store, "rows", x, chunks="1,-1,-1,-1")
+@pytest.mark.parametrize("op, shape, chunks, params", [
+    # BatchToSpaceND's bundles: P = 4 chunks of one batch row each make 4 output blocks.
+    (ops.batch_to_space_nd, (8, 4, 6, 2), "1,-1,-1,-1", ([2, 2], [[0, 1], [1, 0]])),
+    # SpaceToBatchND's windows (a halo each, read by its owner): 4 group blocks each.
+    (ops.space_to_batch_nd, (4, 8, 6, 2), "2,4,-1,-1", ([2, 2], [[1, 1], [0, 2]])),
+])
+def test_a_job_result_is_stored_by_the_tasks_that_make_it(store, op, shape, chunks, params):
+    # The store graph of a job's result (write_skeleton): a task that makes several output
+    # blocks writes them itself (ops.fusing_stores), the same bytes.
+    x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    put(store, "rows", x, chunks=chunks)
     rows = store.open("rows")
-    y = xr.DataArray(ops.batch_to_space_nd(rows.data, [2, 2], [[0, 1], [1, 0]]), dims=rows.dims)
+    y = xr.DataArray(op(rows.data, *params), dims=rows.dims)
     built = store.new_version("bundles-")
     fill = store.write_skeleton(built, y, tuple(c[0] for c in y.chunks), "bundled")
     assert stores_as_made(fill)
     fill.compute(scheduler="sync")
     store.publish(built, "bundled", overwrite=False)
-    assert_same(store.read_small("bundled", 2**20), ops.batch_to_space_nd(x, [2, 2], [[0, 1], [1, 0]]))
+    assert_same(store.read_small("bundled", 2**20), op(x, *params))
 
 
 def test_pinned_read_keeps_its_version(store):
