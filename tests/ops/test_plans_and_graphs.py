@@ -393,6 +393,28 @@ def test_batch_to_space_from_zarr_reads_each_chunk_once():
     )
 
 
+def test_batch_to_space_single_batch_chunk_crop_reads_each_chunk_once():
+    # The batch axis in one chunk (each chunk holds all 4 groups) and a crop of one row before
+    # the first: output blocks of 8 rows counted from the first kept row, each from all 4 rows
+    # of one chunk and the first of the next. Each chunk is read once, whole, by the block
+    # that takes most of it; the next block's reader copies out the row it lends. No rechunk.
+    x = _zarr_zeros((4, 16, 8, 2), (4, 4, 8, 2))
+    y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [0, 0]])
+    assert y.chunks[1] == (8, 8, 8, 6)  # Zarr chunks as they are (not 7, 8, 8, 7)
+    graph = dict(y.__dask_graph__())
+    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+    readers = _layer_reads(y, "-reader-")
+    read = sorted(r[2] for rs in readers.values() for r in rs)
+    assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, k, 0, 0), (4, 4, 8, 2))) for k in range(0, 16, 4))
+    exports = [k for k in graph if "-export-" in str(k[0])]
+    assert len(exports) == 3  # the first row of chunks 1-3, for blocks 0-2
+    assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
+    # Linear: twice the rows, twice the tasks.
+    assert _task_count(ops.batch_to_space_nd(_zarr_zeros((4, 32, 8, 2), (4, 4, 8, 2)), [2, 2], [[1, 1], [0, 0]])) == (
+        2 * (y.npartitions + len(readers)) + 2 * len(exports) + 1 + 1
+    )
+
+
 def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():
     # Four 256-byte chunks (float32 [1, 4, 8, 2]) are 1 KiB: over a 1 KiB array.chunk-size's
     # half, each output block reads its quarter of 4 chunks from the source in its own task.
