@@ -688,9 +688,7 @@ def _batch_to_space_bundle_blocks(reads, outputs, block_shape):
 def _batch_to_space_joined(tail, head, block_shape, crops):
     """An output block whose rows on the first spatial axis run from the end of one bundle's
     chunks (``tail``, one part per group) into the start of the next one's (``head``)."""
-    return batch_to_space_nd_kernel(
-        [np.concatenate([t, h], axis=1) for t, h in zip(tail, head)], block_shape, crops
-    )
+    return _batch_to_space_rows([tail, head], block_shape, crops)
 
 
 @_fused_stores.streams(_batch_to_space_bundle_blocks)
@@ -700,21 +698,25 @@ def _batch_to_space_bundle(reads, outputs, block_shape):
     return tuple(_batch_to_space_bundle_blocks(reads, outputs, block_shape))
 
 
-def _batch_to_space_rows(pieces, block_shape, crops, shape, dtype):
+def _batch_to_space_rows(pieces, block_shape, crops):
     """One output block of BatchToSpaceND from the batch's rows on the first spatial axis in
-    ``pieces`` (each holding all P groups, in row order), as if they were one array cropped by
-    ``crops``: each piece is scattered into its rows of the block (no joined copy of them)."""
-    y = np.empty(shape, dtype)
+    ``pieces``, in row order, as if they were one array cropped by ``crops``: each piece (an
+    array holding all P groups, or the list of its P groups' arrays) is scattered into its
+    rows of the block, with no joined copy of them."""
+    groups = [piece if isinstance(piece, list) else [piece] for piece in pieces]
+    first = groups[0][0]
+    rows = [parts[0].shape[1] for parts in groups]
+    batch = sum(part.shape[0] for part in groups[0])
+    y = np.empty(_space_shape((batch, sum(rows), *first.shape[2:]), block_shape, crops), first.dtype)
     b, lo = block_shape[0], crops[0][0]
     row = 0  # the pieces' rows so far, on the batch side
-    for piece in pieces:
-        rows = piece.shape[1]
-        first, last = max(0, row * b - lo), min(shape[1], (row + rows) * b - lo)
-        if last > first:
-            offsets = [first + lo - row * b, *(before for before, _ in crops[1:])]
-            for space_view, batch_view in _pairs(y[:, first:last], piece, block_shape, offsets):
+    for piece, n in zip(pieces, rows):
+        start, stop = max(0, row * b - lo), min(y.shape[1], (row + n) * b - lo)
+        if stop > start:
+            offsets = [start + lo - row * b, *(before for before, _ in crops[1:])]
+            for space_view, batch_view in _pairs(y[:, start:stop], piece, block_shape, offsets):
                 copy_into(space_view, batch_view)
-        row += rows
+        row += n
     return y
 
 
@@ -724,12 +726,11 @@ def _batch_to_space_reader(chunks, own, exports):
     return [chunks[c][:, a:z] for c, a, z in own], [chunks[c][:, a:z].copy() for c, a, z in exports]
 
 
-def _batch_to_space_gathered(reader, imports, layout, block_shape, crops, shape, dtype):
+def _batch_to_space_gathered(reader, imports, layout, block_shape, crops):
     """A block from its own rows (``reader``'s) and the rows other readers copied for it
     (``imports``), in row order as ``layout`` says: ``(0, i)`` own, ``(1, j)`` imported."""
     own = reader[0]
-    pieces = [own[i] if kind == 0 else imports[i] for kind, i in layout]
-    return _batch_to_space_rows(pieces, block_shape, crops, shape, dtype)
+    return _batch_to_space_rows([own[i] if kind == 0 else imports[i] for kind, i in layout], block_shape, crops)
 
 
 def _export_of(reader, e: int):
@@ -771,15 +772,11 @@ def _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crop
             else:
                 layout.append((1, (owner[k][1], len(exports))))
                 exports.append([reads.index(k), start, stop])
-    dtype = x.dtype
     layer = {}
-    batch = x.chunks[0][0] // math.prod(block_shape)
     for other in np.ndindex(*map(len, out_chunks[2 : 1 + m])):
         chunks_other = tuple(kept[1 + i][0] + j for i, j in enumerate(other))
         crops_other = [local_crops[1 + i][j] for i, j in enumerate(other)]
-        shape_other = tuple(out_chunks[2 + i][j] for i, j in enumerate(other))
         for rest in np.ndindex(*x.numblocks[1 + m :]):
-            rest_shape = tuple(x.chunks[1 + m + i][j] for i, j in enumerate(rest))
             for block, (reads, own, exports, layout) in enumerate(plans):
                 indices = [(0, k, *chunks_other, *rest) for k in reads]
                 chunks = [source.read(i) if source is not None else (x.name, *i) for i in indices]
@@ -795,10 +792,9 @@ def _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crop
                         continue
                     order.append((1, len(imports)))
                     imports.append((export_name, at[0], *other, *rest, at[1]))
-                shape = (batch, out_chunks[1][block], *shape_other, *rest_shape)
                 layer[(name, 0, block, *other, *rest)] = (
                     _batch_to_space_gathered, (reader_name, block, *other, *rest), imports, order,
-                    list(block_shape), [rows[block][1], *crops_other], shape, dtype,
+                    list(block_shape), [rows[block][1], *crops_other],
                 )
     graph = _graph(name, layer, x, source)
     return da.Array(graph, name, chunks=tuple(out_chunks), meta=_lazy.meta(x.ndim, x.dtype))
