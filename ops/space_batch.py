@@ -879,8 +879,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     other_axes_regular = all(map(_chunks.zarr_regular, out_chunks[2 : 1 + m]))
     if single and in_chunks == x.chunks and not _chunks.zarr_regular(out_chunks[1]) and other_axes_regular:
         # A crop before the first row makes the first block short, and a Zarr store needs
-        # regular chunks: to_zarr would rechunk the whole output (3 GiB, local disk: 13.8-14.1 s,
-        # 10.1-11.3 s uncropped). Blocks counted from the first kept row instead: 13.1-13.7 s.
+        # regular chunks: to_zarr would rechunk the whole output (3 GiB, local disk: 13.8-14.9 s,
+        # 10.4 s uncropped). Blocks counted from the first kept row instead: 12.6-14.3 s.
         rows = _shifted_rows(x.chunks[1], block_shape[0], crops[0][0], out_shape[1], max(out_chunks[1]))
         if rows is not None:
             return _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crops, block_shape,
