@@ -4,7 +4,9 @@ Starts a real Dask cluster as processes on 127.0.0.1 (``dask scheduler`` with
 ``worker-saturation`` 1.0 and two ``dask worker --nthreads 1 --memory-limit 384MiB``, system
 monitor sampling every 50 ms), writes a float32
 Zarr v3 input of ``--gib`` GiB (default 3: four times the workers' 768 MiB) and an int32 one of
-the same size block by block on the cluster, then for every operator runs
+the same size block by block on the cluster (and, for BatchToSpaceND with the batch axis in one
+chunk, the float32 one again in such chunks; only the inputs of the cases run), then for every
+operator runs
 ``from_zarr -> op -> to_zarr`` on the cluster, Zarr to Zarr, and beside them a plain Zarr copy of
 each input with the same chunks and codec (the I/O limit). For each run it reports:
 
