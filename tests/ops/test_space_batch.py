@@ -272,8 +272,9 @@ def test_batch_to_space_nd_cropped_blocks_are_zarr_chunks(data):
     count = data.draw(st.integers(1 if groups > 1 or single else 2, 2))
     x = random_array(rng, (groups * count, *spatial, 2), np.float32)
     chunks = (x.shape[0] if single else 1, rows, *spatial[1:], 2)
-    # (With the batch chunked only bundles, which read a source, count blocks so.)
-    # (A computed input's blocks, not region reads: an exact copy, not ``* 1``, which quiets NaNs.)
+    # A computed input (block keys, not region reads) only with the batch in one chunk: with it
+    # chunked only bundles, which read a source, count blocks so. An exact copy of x, not
+    # ``x * 1``, which would quiet signalling NaNs.
     computed = single and data.draw(st.booleans())
     source = da.from_array(x, chunks=chunks).map_blocks(np.copy) if computed else _zarr_input(x, chunks)
     lazy = ops.batch_to_space_nd(source, block, crops)
