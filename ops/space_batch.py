@@ -380,7 +380,8 @@ def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, f
 
 
 def _export(window, e: int):
-    """The ``e``-th halo a window copied for a neighbour."""
+    """The ``e``-th rows a window (SpaceToBatchND's, or a BatchToSpaceND reader) copied for a
+    neighbour: its halo."""
     return window[1][e]
 
 
@@ -733,11 +734,6 @@ def _batch_to_space_gathered(reader, imports, layout, block_shape, crops):
     return _batch_to_space_rows([own[i] if kind == 0 else imports[i] for kind, i in layout], block_shape, crops)
 
 
-def _export_of(reader, e: int):
-    """The ``e``-th rows a reader copied for another block."""
-    return reader[1][e]
-
-
 def _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crops, block_shape, rows,
                                          token) -> da.Array:
     """BatchToSpaceND with the batch axis in one chunk, its output blocks on the first spatial
@@ -753,24 +749,17 @@ def _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crop
         sum(stop - start for _, start, stop in pieces) * block_shape[0] - before - after
         for pieces, (before, after) in rows
     )
-    owner: dict[int, tuple[int, int]] = {}  # input chunk -> (rows taken, block) of the block that reads it
-    for block, (pieces, _) in enumerate(rows):
-        for k, start, stop in pieces:
-            if stop - start > owner.get(k, (0, -1))[0]:
-                owner[k] = (stop - start, block)
-    plans = []  # per block: (chunks it reads, own rows, exports, layout)
-    for block in range(len(rows)):
-        reads = sorted(k for k, (_, reader) in owner.items() if reader == block)
-        plans.append((reads, [], [], []))
-    for block, (pieces, _) in enumerate(rows):
+    owner = _owners([[(*piece, None) for piece in pieces] for pieces, _ in rows])  # input chunk -> its reader
+    plans = [(sorted(k for k, reader in owner.items() if reader == block), [], [], []) for block in range(len(rows))]
+    for block, (pieces, _) in enumerate(rows):  # plans: (chunks read, own rows, exports, layout)
         own, layout = plans[block][1], plans[block][3]
         for k, start, stop in pieces:
-            reads, _, exports, _ = plans[owner[k][1]]
-            if owner[k][1] == block:
+            reads, _, exports, _ = plans[owner[k]]
+            if owner[k] == block:
                 layout.append((0, len(own)))
                 own.append([reads.index(k), start, stop])
             else:
-                layout.append((1, (owner[k][1], len(exports))))
+                layout.append((1, (owner[k], len(exports))))
                 exports.append([reads.index(k), start, stop])
     layer = {}
     for other in np.ndindex(*map(len, out_chunks[2 : 1 + m])):
@@ -783,7 +772,7 @@ def _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crop
                 reader_key = (reader_name, block, *other, *rest)
                 layer[reader_key] = (_batch_to_space_reader, chunks, own, exports)
                 for e in range(len(exports)):
-                    layer[(export_name, block, *other, *rest, e)] = (_export_of, reader_key, e)
+                    layer[(export_name, block, *other, *rest, e)] = (_export, reader_key, e)
             for block, (_, _, _, layout) in enumerate(plans):
                 imports, order = [], []
                 for kind, at in layout:
