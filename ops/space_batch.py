@@ -744,11 +744,7 @@ def _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crop
     own block from its rows and those (no rechunk, no chunk read twice)."""
     m = len(block_shape)
     name, reader_name, export_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-reader", "-export"))
-    out_chunks = list(out_chunks)
-    out_chunks[1] = tuple(
-        sum(stop - start for _, start, stop in pieces) * block_shape[0] - before - after
-        for pieces, (before, after) in rows
-    )
+    out_chunks = [out_chunks[0], _shifted_chunks(rows, block_shape[0]), *out_chunks[2:]]
     owner = _owners([[(*piece, None) for piece in pieces] for pieces, _ in rows])  # input chunk -> its reader
     plans = [(sorted(k for k, reader in owner.items() if reader == block), [], [], []) for block in range(len(rows))]
     for block, (pieces, _) in enumerate(rows):  # plans: (chunks read, own rows, exports, layout)
@@ -832,6 +828,12 @@ def _shifted_rows(chunks, b: int, lo: int, length: int, size: int):
     return blocks
 
 
+def _shifted_chunks(rows, b: int) -> tuple[int, ...]:
+    """The output chunks on the first spatial axis of ``_shifted_rows``' blocks."""
+    return tuple(sum(stop - start for _, start, stop in pieces) * b - before - after
+                 for pieces, (before, after) in rows)
+
+
 def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.Array:
     in_chunks, kept, out_chunks = batch_to_space_nd_chunks(x.chunks, block_shape, crops)
     # The plan's blocks read from the source inside the task that needs them, when x is a
@@ -865,15 +867,17 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     ]
     token = tokenize(x, block_shape, crops)
     name = f"batch_to_space_nd-{token}"
-    other_axes_regular = all(map(_chunks.zarr_regular, out_chunks[2 : 1 + m]))
-    if single and in_chunks == x.chunks and not _chunks.zarr_regular(out_chunks[1]) and other_axes_regular:
-        # A crop before the first row makes the first block short, and a Zarr store needs
-        # regular chunks: to_zarr would rechunk the whole output (3 GiB, local disk: 13.8-14.9 s,
-        # 10.4 s uncropped). Blocks counted from the first kept row instead: 12.6-14.3 s.
-        rows = _shifted_rows(x.chunks[1], block_shape[0], crops[0][0], out_shape[1], max(out_chunks[1]))
-        if rows is not None:
-            return _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crops, block_shape,
-                                                        rows, token)
+    # A crop before the first row makes the first block short, and a Zarr store needs regular
+    # chunks: to_zarr would rechunk the whole output (3 GiB on S3, bundles: 0.82x of a copy,
+    # 1.7 GB spilled per 384 MiB worker; local disk, the batch in one chunk: 13.8-14.9 s, 10.4 s
+    # uncropped). Blocks counted from the first kept row instead, when the plan allows
+    # (bundles: 0.86-0.98x; the batch in one chunk: 12.6-14.3 s).
+    shifted = None
+    if not _chunks.zarr_regular(out_chunks[1]) and all(map(_chunks.zarr_regular, out_chunks[2 : 1 + m])):
+        shifted = _shifted_rows(x.chunks[1], block_shape[0], crops[0][0], out_shape[1], max(out_chunks[1]))
+    if shifted is not None and single and in_chunks == x.chunks:
+        return _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crops, block_shape,
+                                                    shifted, token)
     if single and in_chunks == x.chunks and all(k == (0, n) for k, n in zip(kept, x.numblocks[1 : 1 + m])):
         # Each input block is one output block: a blockwise map, which Dask fuses with the
         # read of the block and the write of the result.
@@ -892,14 +896,9 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         source is not None and not single
         and groups * _largest_block_bytes(x) <= _chunks.target_bytes() // 2
     )
-    if bundled and not _chunks.zarr_regular(out_chunks[1]) and other_axes_regular:
-        # A crop before the first row makes the first block short, and a Zarr store needs
-        # regular chunks: to_zarr would rechunk the whole output (3 GiB on S3: 0.82x of a copy,
-        # 1.7 GB spilled per 384 MiB worker). Blocks counted from the first kept row instead.
-        rows = _shifted_rows(x.chunks[1], block_shape[0], crops[0][0], out_shape[1], max(out_chunks[1]))
-        if rows is not None:
-            return _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks, local_crops,
-                                                 block_shape, rows, token)
+    if shifted is not None and bundled:
+        return _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks, local_crops,
+                                             block_shape, shifted, token)
     bundle_name = f"batch_to_space_nd-bundle-{token}"
     bundles: dict[tuple, list] = {}  # source chunks -> (output index, crops, parts) of each output block
     layer = {}
@@ -946,11 +945,7 @@ def _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks
     groups = math.prod(block_shape)
     batch_blocks = len(in_chunks[0]) // groups
     name, bundle_name, part_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-bundle", "-part"))
-    out_chunks = list(out_chunks)
-    out_chunks[1] = tuple(
-        sum(stop - start for _, start, stop in pieces) * block_shape[0] - before - after
-        for pieces, (before, after) in rows
-    )
+    out_chunks = [out_chunks[0], _shifted_chunks(rows, block_shape[0]), *out_chunks[2:]]
     bundles: dict[tuple, list] = {}  # source chunks -> [(crops or None, parts)] of each output
     outputs: dict[tuple, tuple] = {}  # output block index -> ([(bundle's source chunks, position)], crops)
     layer = {}

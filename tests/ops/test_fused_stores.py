@@ -45,10 +45,6 @@ def _optimized_tasks(collection) -> dict:
     return convert_legacy_graph(tasks)
 
 
-def _stores_as_made(tasks: dict) -> list:
-    return stores_as_made(tasks)
-
-
 def test_bundles_store_their_own_blocks():
     data, x = _zarr_input()
     y = ops.batch_to_space_nd(x, *B2S)
@@ -56,10 +52,10 @@ def test_bundles_store_their_own_blocks():
     stored = da.store(y, z, lock=False, compute=False)
 
     plain = _optimized_tasks(stored)
-    assert not _stores_as_made(plain)  # Dask alone: a store task per block, after the bundle
+    assert not stores_as_made(plain)  # Dask alone: a store task per block, after the bundle
     with ops.fusing_stores():
         tasks = _optimized_tasks(stored)
-    bundles = _stores_as_made(tasks)
+    bundles = stores_as_made(tasks)
     assert len(bundles) == 4  # one per row of chunks, each making and storing 4 blocks
     assert len(tasks) < len(plain)
     # The bundles' results: no block kept for other tasks, and the store tasks' Nones.
@@ -76,11 +72,11 @@ def test_space_to_batch_windows_store_their_own_group_blocks(paddings):
     z = _target(y)
     stored = da.store(y, z, lock=False, compute=False)
     plain = _optimized_tasks(stored)
-    assert not _stores_as_made(plain)
+    assert not stores_as_made(plain)
     with ops.fusing_stores():
         tasks = _optimized_tasks(stored)
         dask.compute(stored, scheduler="threads")
-    windows = _stores_as_made(tasks)
+    windows = stores_as_made(tasks)
     assert len(windows) == x.numblocks[0] * y.numblocks[1]  # one per batch chunk and output row of blocks
     assert all(len(result[1]) == 4 for result in dask.get(tasks, windows))
     assert len(tasks) < len(plain)
@@ -137,7 +133,7 @@ def test_to_zarr_builds_the_fused_graph(tmp_path):
     with ops.fusing_stores():  # xarray optimizes the graph as it builds it
         delayed = ds.to_zarr(tmp_path / "out.zarr", zarr_format=3, compute=False, mode="w", encoding=encoding)
     tasks = convert_legacy_graph(dict(delayed.__dask_graph__()))
-    assert len(_stores_as_made(tasks)) == 4
+    assert len(stores_as_made(tasks)) == 4
     delayed.compute(scheduler="sync")
     assert_same(xr.open_zarr(tmp_path / "out.zarr")["v"].values, ops.batch_to_space_nd(data, *B2S))
 
