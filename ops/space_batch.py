@@ -26,7 +26,10 @@ Chunk plans (DESIGN.md):
   group size B so no chunk straddles two groups, the first spatial axis is split P ways (so
   an output block is the size of an input block, not P times it) and each output block
   interleaves the same block from each of the P groups. Crops only trim edge blocks; input
-  blocks that are cropped away entirely are not read.
+  blocks that are cropped away entirely are not read. A crop before the first row of a
+  chunked axis would make the first block short (not a Zarr chunk): the output blocks are
+  then counted from the first kept row on every spatial axis, and a block takes the few rows
+  it needs of the next chunks from the task that reads them.
 - Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zarr array):
   the tasks read what they need from the source themselves (``_block_reads``) instead of
   depending on the input's block tasks, and each chunk is read once where memory allows. A
@@ -661,7 +664,7 @@ def _batch_to_space_bundle_blocks(reads, outputs, block_shape):
     ``reads`` are ``[getter, source, slices, *extra]`` (one chunk each); ``outputs`` are
     ``(crops, parts)`` with one ``(chunk position in reads, slices)`` part per group. An output
     with crops None is its parts themselves, as a list (the rows of a block that also takes
-    rows of the next bundle's chunks: ``_batch_to_space_joined``).
+    rows of other bundles' chunks: ``_batch_to_space_joined``).
     """
     # Every chunk feeds every output block, so all P chunks' worth is held at once. Each
     # chunk, once read, is cut into the parts the output blocks take (copies) and dropped;
@@ -686,10 +689,10 @@ def _batch_to_space_bundle_blocks(reads, outputs, block_shape):
         del block  # before the next one is made: the caller has stored it
 
 
-def _batch_to_space_joined(tail, head, block_shape, crops):
-    """An output block whose rows on the first spatial axis run from the end of one bundle's
-    chunks (``tail``, one part per group) into the start of the next one's (``head``)."""
-    return _batch_to_space_rows([tail, head], block_shape, crops)
+def _batch_to_space_joined(pieces, origins, rows, block_shape, crops):
+    """An output block whose rows run across input chunks, from the parts of it the bundles of
+    those chunks made (``pieces``, one part per group each; ``origins``: ``_batch_to_space_boxes``)."""
+    return _batch_to_space_boxes(list(zip(pieces, origins)), rows, block_shape, crops)
 
 
 @_fused_stores.streams(_batch_to_space_bundle_blocks)
@@ -699,90 +702,75 @@ def _batch_to_space_bundle(reads, outputs, block_shape):
     return tuple(_batch_to_space_bundle_blocks(reads, outputs, block_shape))
 
 
-def _batch_to_space_rows(pieces, block_shape, crops):
-    """One output block of BatchToSpaceND from the batch's rows on the first spatial axis in
-    ``pieces``, in row order, as if they were one array cropped by ``crops``: each piece (an
-    array holding all P groups, or the list of its P groups' arrays) is scattered into its
-    rows of the block, with no joined copy of them."""
-    groups = [piece if isinstance(piece, list) else [piece] for piece in pieces]
-    first = groups[0][0]
-    rows = [parts[0].shape[1] for parts in groups]
-    batch = sum(part.shape[0] for part in groups[0])
-    y = np.empty(_space_shape((batch, sum(rows), *first.shape[2:]), block_shape, crops), first.dtype)
-    b, lo = block_shape[0], crops[0][0]
-    row = 0  # the pieces' rows so far, on the batch side
-    for piece, n in zip(pieces, rows):
-        start, stop = max(0, row * b - lo), min(y.shape[1], (row + n) * b - lo)
-        if stop > start:
-            offsets = [start + lo - row * b, *(before for before, _ in crops[1:])]
-            for space_view, batch_view in _pairs(y[:, start:stop], piece, block_shape, offsets):
+def _batch_to_space_boxes(pieces, rows, block_shape, crops):
+    """One output block of BatchToSpaceND from boxes of the batch's rows, as if they were one
+    array of ``rows`` rows per spatial axis cropped by ``crops``: ``pieces`` are ``(piece,
+    origin)``, a piece being an array holding all P groups or the list of its P groups'
+    arrays, and its origin its first row on each spatial axis. Each piece is scattered into
+    its part of the block, with no joined copy of them."""
+    m = len(block_shape)
+    head = pieces[0][0]
+    parts = head if isinstance(head, list) else [head]
+    first, batch = parts[0], sum(part.shape[0] for part in parts)
+    y = np.empty(_space_shape((batch, *rows, *first.shape[1 + m :]), block_shape, crops), first.dtype)
+    for piece, origin in pieces:
+        shape = (piece[0] if isinstance(piece, list) else piece).shape[1 : 1 + m]
+        view, offsets = [slice(None)], []
+        for b, (lo, _), o, n, length in zip(block_shape, crops, origin, shape, y.shape[1:]):
+            start, stop = max(0, o * b - lo), min(length, (o + n) * b - lo)
+            view.append(slice(start, stop))
+            offsets.append(start + lo - o * b)
+        if all(s.stop > s.start for s in view[1:]):
+            for space_view, batch_view in _pairs(y[tuple(view)], piece, block_shape, offsets):
                 copy_into(space_view, batch_view)
-        row += n
     return y
 
 
 def _batch_to_space_reader(chunks, own, exports):
-    """A block's reads (``chunks``, whole): the rows its block takes of them, ``[chunk number,
-    start, stop]`` (views), and copies of the rows other blocks take, for them."""
-    return [chunks[c][:, a:z] for c, a, z in own], [chunks[c][:, a:z].copy() for c, a, z in exports]
+    """A block's reads (``chunks``, whole): the boxes its block takes of them, ``[chunk number,
+    index, origin]`` (views, with their origins in the block), and copies of the boxes other
+    blocks take, ``[chunk number, index]``, for them."""
+    return [(chunks[c][index], origin) for c, index, origin in own], [chunks[c][index].copy() for c, index in exports]
 
 
-def _batch_to_space_gathered(reader, imports, layout, block_shape, crops):
-    """A block from its own rows (``reader``'s) and the rows other readers copied for it
-    (``imports``), in row order as ``layout`` says: ``(0, i)`` own, ``(1, j)`` imported."""
-    own = reader[0]
-    return _batch_to_space_rows([own[i] if kind == 0 else imports[i] for kind, i in layout], block_shape, crops)
+def _batch_to_space_gathered(reader, imports, rows, block_shape, crops):
+    """A block from its own boxes (``reader``'s) and the boxes other readers copied for it
+    (``imports``: ``(box, origin)``)."""
+    return _batch_to_space_boxes([*reader[0], *imports], rows, block_shape, crops)
 
 
-def _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crops, block_shape, rows,
-                                         token) -> da.Array:
-    """BatchToSpaceND with the batch axis in one chunk, its output blocks on the first spatial
-    axis counted from the first row the crop keeps (``rows``: ``_shifted_rows``), so that they
-    are Zarr chunks as they are. A block takes the rows of one input chunk and a few of the
-    next (the crop's). Each input chunk is read once, whole, by the block that takes most of
-    its rows; that block's reader copies out the rows the other block takes, which makes its
-    own block from its rows and those (no rechunk, no chunk read twice)."""
+def _build_batch_to_space_single_shifted(x, source, out_chunks, block_shape, shifted, token) -> da.Array:
+    """BatchToSpaceND with the batch axis in one chunk, its output blocks counted on each
+    spatial axis from the first row the crop keeps (``shifted``: ``_shifted_rows`` of each
+    axis), so that they are Zarr chunks as they are. A block takes the rows of one input chunk
+    and a few of the next (the crop's) on each axis. Each input chunk is read once, whole, by
+    the block that takes most of it; that block's reader copies out the rows the other
+    blocks take, which make their own blocks from their rows and those (no rechunk, no chunk
+    read twice)."""
     m = len(block_shape)
     name, reader_name, export_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-reader", "-export"))
-    out_chunks = [out_chunks[0], _shifted_chunks(rows, block_shape[0]), *out_chunks[2:]]
-    owner = _owners([[(*piece, None) for piece in pieces] for pieces, _ in rows])  # input chunk -> its reader
-    plans = [(sorted(k for k, reader in owner.items() if reader == block), [], [], []) for block in range(len(rows))]
-    for block, (pieces, _) in enumerate(rows):  # plans: (chunks read, own rows, exports, layout)
-        own, layout = plans[block][1], plans[block][3]
-        for k, start, stop in pieces:
-            reads, _, exports, _ = plans[owner[k]]
-            if owner[k] == block:
-                layout.append((0, len(own)))
-                own.append([reads.index(k), start, stop])
-            else:
-                layout.append((1, (owner[k], len(exports))))
-                exports.append([reads.index(k), start, stop])
+    out_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
+                  *out_chunks[1 + m :])
+    # SpaceToBatchND's halo plan: for each block, the chunks it reads, its boxes of them, the
+    # boxes it copies out for others and the boxes it takes from others' copies.
+    windows = _owned_windows([_shifted_reads(rows) for rows in shifted], 1, x.numblocks[1 + m :])
     layer = {}
-    for other in np.ndindex(*map(len, out_chunks[2 : 1 + m])):
-        chunks_other = tuple(kept[1 + i][0] + j for i, j in enumerate(other))
-        crops_other = [local_crops[1 + i][j] for i, j in enumerate(other)]
-        for rest in np.ndindex(*x.numblocks[1 + m :]):
-            for block, (reads, own, exports, layout) in enumerate(plans):
-                indices = [(0, k, *chunks_other, *rest) for k in reads]
-                chunks = [source.read(i) if source is not None else (x.name, *i) for i in indices]
-                reader_key = (reader_name, block, *other, *rest)
-                layer[reader_key] = (_batch_to_space_reader, chunks, own, exports)
-                for e in range(len(exports)):
-                    layer[(export_name, block, *other, *rest, e)] = (_export, reader_key, e)
-            for block, (_, _, _, layout) in enumerate(plans):
-                imports, order = [], []
-                for kind, at in layout:
-                    if kind == 0:
-                        order.append((0, at))
-                        continue
-                    order.append((1, len(imports)))
-                    imports.append((export_name, at[0], *other, *rest, at[1]))
-                layer[(name, 0, block, *other, *rest)] = (
-                    _batch_to_space_gathered, (reader_name, block, *other, *rest), imports, order,
-                    list(block_shape), [rows[block][1], *crops_other],
-                )
+    for key, (reads, own, exports, imports) in windows.items():
+        chunks = [(0, *ks, *key[1 + m :]) for ks in reads]
+        reader_key = (reader_name, *key[1:])
+        layer[reader_key] = (_batch_to_space_reader,
+                             [source.read(i) if source is not None else (x.name, *i) for i in chunks], own, exports)
+        for e in range(len(exports)):
+            layer[(export_name, *key[1:], e)] = (_export, reader_key, e)
+    for key, (_, _, _, imports) in windows.items():
+        spatial = key[1 : 1 + m]
+        rows = [sum(stop - start for _, start, stop in shifted[i][k][0]) for i, k in enumerate(spatial)]
+        crops = [shifted[i][k][1] for i, k in enumerate(spatial)]
+        boxes = [[(export_name, *owner[1:], e), origin] for owner, e, origin in imports]
+        layer[(name, *key)] = (_batch_to_space_gathered, (reader_name, *key[1:]), boxes, rows, list(block_shape),
+                               crops)
     graph = _graph(name, layer, x, source)
-    return da.Array(graph, name, chunks=tuple(out_chunks), meta=_lazy.meta(x.ndim, x.dtype))
+    return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
 def _largest_block_bytes(x: da.Array) -> int:
@@ -805,7 +793,7 @@ def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, 
 
 
 def _shifted_rows(chunks, b: int, lo: int, length: int, size: int):
-    """Output blocks of ``size`` rows on the first spatial axis, counted from the first row the
+    """Output blocks of ``size`` rows on one spatial axis, counted from the first row the
     crop keeps (so that they are a Zarr array's chunks whatever the crop): for each block, its
     input rows as ``(input chunk, local start, local stop)`` pieces (two when it runs into the
     next chunk) and the crop of those rows' ``b``-fold rows; None if a block spans more than
@@ -829,9 +817,22 @@ def _shifted_rows(chunks, b: int, lo: int, length: int, size: int):
 
 
 def _shifted_chunks(rows, b: int) -> tuple[int, ...]:
-    """The output chunks on the first spatial axis of ``_shifted_rows``' blocks."""
+    """The output chunks on one spatial axis of ``_shifted_rows``' blocks."""
     return tuple(sum(stop - start for _, start, stop in pieces) * b - before - after
                  for pieces, (before, after) in rows)
+
+
+def _shifted_reads(rows):
+    """``_shifted_rows``' blocks of one axis as SpaceToBatchND's reads: for each block, its
+    pieces as ``(input chunk, local start, local stop, first row in the block)``."""
+    reads = []
+    for pieces, _ in rows:
+        origin, block = 0, []
+        for k, start, stop in pieces:
+            block.append((k, start, stop, origin))
+            origin += stop - start
+        reads.append(tuple(block))
+    return reads
 
 
 def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.Array:
@@ -870,14 +871,16 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # A crop before the first row makes the first block short, and a Zarr store needs regular
     # chunks: to_zarr would rechunk the whole output (3 GiB on S3, bundles: 0.82x of a copy,
     # 1.7 GB spilled per 384 MiB worker; local disk, the batch in one chunk: 13.8-14.9 s, 10.4 s
-    # uncropped). Blocks counted from the first kept row instead, when the plan allows
-    # (bundles: 0.86-0.98x; the batch in one chunk: 12.6-14.3 s).
+    # uncropped). Blocks counted from the first kept row on every spatial axis instead, when
+    # each runs into at most the next chunk (bundles: 0.86-0.98x; the batch in one chunk:
+    # 12.6-14.3 s).
     shifted = None
-    if not _chunks.zarr_regular(out_chunks[1]) and all(map(_chunks.zarr_regular, out_chunks[2 : 1 + m])):
-        shifted = _shifted_rows(x.chunks[1], block_shape[0], crops[0][0], out_shape[1], max(out_chunks[1]))
+    if all(out_shape[1 : 1 + m]) and not all(map(_chunks.zarr_regular, out_chunks[1 : 1 + m])):
+        shifted = [_shifted_rows(x.chunks[1 + i], b, lo, out_shape[1 + i], max(out_chunks[1 + i]))
+                   for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))]
+        shifted = None if None in shifted else shifted
     if shifted is not None and single and in_chunks == x.chunks:
-        return _build_batch_to_space_single_shifted(x, source, kept, out_chunks, local_crops, block_shape,
-                                                    shifted, token)
+        return _build_batch_to_space_single_shifted(x, source, out_chunks, block_shape, shifted, token)
     if single and in_chunks == x.chunks and all(k == (0, n) for k, n in zip(kept, x.numblocks[1 : 1 + m])):
         # Each input block is one output block: a blockwise map, which Dask fuses with the
         # read of the block and the write of the result.
@@ -897,8 +900,7 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         and groups * _largest_block_bytes(x) <= _chunks.target_bytes() // 2
     )
     if shifted is not None and bundled:
-        return _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks, local_crops,
-                                             block_shape, shifted, token)
+        return _build_batch_to_space_shifted(x, source, pieces, in_chunks, out_chunks, block_shape, shifted, token)
     bundle_name = f"batch_to_space_nd-bundle-{token}"
     bundles: dict[tuple, list] = {}  # source chunks -> (output index, crops, parts) of each output block
     layer = {}
@@ -934,63 +936,63 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
-def _build_batch_to_space_shifted(x, source, pieces, in_chunks, kept, out_chunks, local_crops, block_shape, rows,
-                                  token) -> da.Array:
-    """BatchToSpaceND in bundles, its output blocks on the first spatial axis counted from the
-    first row the crop keeps (``rows``: ``_shifted_rows``). A block within one input chunk is
-    made by that chunk's bundle; a block that runs into the next chunk is joined in a task of
-    its own from its rows at the end of one bundle and at the start of the next (a few rows:
-    the crop's)."""
+def _build_batch_to_space_shifted(x, source, pieces, in_chunks, out_chunks, block_shape, shifted, token) -> da.Array:
+    """BatchToSpaceND in bundles, its output blocks counted on each spatial axis from the
+    first row the crop keeps (``shifted``: ``_shifted_rows`` of each axis). A block within one
+    input chunk is made by that chunk's bundle; a block that runs into the next chunk on some
+    axis is joined in a task of its own from its parts, each made by the bundle of the chunk
+    it lies in (a few rows: the crop's)."""
     m = len(block_shape)
     groups = math.prod(block_shape)
     batch_blocks = len(in_chunks[0]) // groups
     name, bundle_name, part_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-bundle", "-part"))
-    out_chunks = [out_chunks[0], _shifted_chunks(rows, block_shape[0]), *out_chunks[2:]]
+    out_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
+                  *out_chunks[1 + m :])
+    reads = [_shifted_reads(rows) for rows in shifted]
     bundles: dict[tuple, list] = {}  # source chunks -> [(crops or None, parts)] of each output
-    outputs: dict[tuple, tuple] = {}  # output block index -> ([(bundle's source chunks, position)], crops)
+    outputs: dict[tuple, tuple] = {}  # output block -> ([(bundle's source chunks, position)], origins, rows, crops)
     layer = {}
 
-    def parts_of(n, k, start, stop, other, rest):
+    def parts_of(n, box, rest):
         """The source chunks of one bundle and the part each group takes of its own chunk."""
         sources, parts = [], []
         for g in range(groups):
             first, local = pieces[0][g * batch_blocks + n]
-            chunk = (first, k, *other, *rest)
+            chunk = (first, *(k for k, *_ in box), *rest)
             sources.append(chunk)
-            parts.append((chunk, (local, slice(start, stop), *(slice(None),) * (len(other) + len(rest)))))
+            parts.append((chunk, (local, *(slice(a, z) for _, a, z, _ in box), *(slice(None),) * len(rest))))
         unique = tuple(dict.fromkeys(sources))
         return unique, [(unique.index(chunk), slices) for chunk, slices in parts]
 
     for n in range(batch_blocks):
-        for other in np.ndindex(*map(len, out_chunks[2 : 1 + m])):
-            chunks_other = tuple(kept[1 + i][0] + j for i, j in enumerate(other))
-            crops_other = [local_crops[1 + i][j] for i, j in enumerate(other)]
+        for spatial in np.ndindex(*map(len, shifted)):
+            boxes = list(itertools.product(*(reads[i][k] for i, k in enumerate(spatial))))
+            rows = [sum(stop - start for _, start, stop, _ in reads[i][k]) for i, k in enumerate(spatial)]
+            crops = [shifted[i][k][1] for i, k in enumerate(spatial)]
             for rest in np.ndindex(*x.numblocks[1 + m :]):
-                for row, (row_pieces, row_crops) in enumerate(rows):
-                    index = (n, row, *other, *rest)
-                    block_crops = [row_crops, *crops_other]
-                    made = []
-                    for k, start, stop in row_pieces:
-                        unique, parts = parts_of(n, k, start, stop, chunks_other, rest)
-                        made.append((unique, len(bundles.setdefault(unique, []))))
-                        bundles[unique].append((block_crops if len(row_pieces) == 1 else None, parts))
-                    outputs[index] = (made, block_crops)
+                made = []
+                for box in boxes:
+                    unique, parts = parts_of(n, box, rest)
+                    made.append((unique, len(bundles.setdefault(unique, []))))
+                    bundles[unique].append((crops if len(boxes) == 1 else None, parts))
+                origins = [[origin for *_, origin in box] for box in boxes]
+                outputs[(n, *spatial, *rest)] = (made, origins, rows, crops)
     numbers = {unique: number for number, unique in enumerate(bundles)}
     for unique, plan in bundles.items():
         key = (bundle_name, numbers[unique])
         layer[key] = (_batch_to_space_bundle, [list(source.read(b)) for b in unique], plan, list(block_shape))
-    for index, (made, block_crops) in outputs.items():
+    for index, (made, origins, rows, crops) in outputs.items():
         picks = [(operator.getitem, (bundle_name, numbers[unique]), position) for unique, position in made]
         if len(picks) == 1:
             layer[(name, *index)] = picks[0]
             continue
-        halves = []
-        for half, pick in zip(("tail", "head"), picks):
-            layer[(f"{part_name}-{half}", *index)] = pick
-            halves.append((f"{part_name}-{half}", *index))
-        layer[(name, *index)] = (_batch_to_space_joined, *halves, list(block_shape), block_crops)
+        parts = []
+        for j, pick in enumerate(picks):
+            layer[(part_name, *index, j)] = pick
+            parts.append((part_name, *index, j))
+        layer[(name, *index)] = (_batch_to_space_joined, parts, origins, rows, list(block_shape), crops)
     graph = _graph(name, layer, x, source)
-    return da.Array(graph, name, chunks=tuple(out_chunks), meta=_lazy.meta(x.ndim, x.dtype))
+    return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
 # ---------------------------------------------------------------------------------------------

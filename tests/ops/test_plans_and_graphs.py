@@ -3,6 +3,8 @@ which input blocks each output block reads, and that graphs grow linearly with b
 
 from __future__ import annotations
 
+import operator
+
 import dask
 import dask.array as da
 import numpy as np
@@ -412,6 +414,44 @@ def test_batch_to_space_single_batch_chunk_crop_reads_each_chunk_once():
     # Linear: twice the rows, twice the tasks (and one more lent row).
     doubled = ops.batch_to_space_nd(_zarr_zeros((4, 32, 8, 2), (4, 4, 8, 2)), [2, 2], [[1, 1], [0, 0]])
     assert _task_count(doubled) == 2 * (y.npartitions + len(readers)) + (2 * len(exports) + 1) + 1
+
+
+def test_batch_to_space_crop_on_two_chunked_axes_reads_each_chunk_once():
+    # As above, with the second spatial axis chunked and cropped too: blocks counted from the
+    # first kept row and column, each from one chunk and the row, column and corner the
+    # next chunks' readers lend (row: 3 x 4 blocks, column: 4 x 3, corner: 3 x 3). No rechunk.
+    x = _zarr_zeros((4, 16, 16, 2), (4, 4, 4, 2))
+    y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]])
+    assert y.chunks[1:3] == ((8, 8, 8, 6), (8, 8, 8, 6))
+    graph = dict(y.__dask_graph__())
+    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+    readers = _layer_reads(y, "-reader-")
+    read = sorted(r[2] for rs in readers.values() for r in rs)
+    assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, i, j, 0), (4, 4, 4, 2)))
+                          for i in range(0, 16, 4) for j in range(0, 16, 4))
+    exports = [k for k in graph if "-export-" in str(k[0])]
+    assert len(exports) == 12 + 12 + 9
+    assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
+
+
+def test_batch_to_space_bundles_crop_on_two_chunked_axes():
+    # The batch chunked (bundles of 4 chunks, one per group) and both spatial axes chunked and
+    # cropped: every chunk is read once, by its bundle; a block in one bundle's chunks is
+    # made there, one that runs into the next chunks (on either axis) is joined from the parts
+    # their bundles make. Blocks are regular (Zarr chunks), and no rechunk.
+    x = _zarr_zeros((4, 16, 16, 2), (1, 4, 4, 2))
+    y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]])
+    assert y.chunks[1:3] == ((2,) * 15, (8, 8, 8, 6))  # an output block is an input block's size
+    graph = dict(y.__dask_graph__())
+    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+    bundles = _layer_reads(y, "-bundle-")
+    read = sorted(r[2] for rs in bundles.values() for r in rs)
+    assert read == sorted(tuple(slice(a, a + n) for a, n in zip((g, i, j, 0), (1, 4, 4, 2)))
+                          for g in range(4) for i in range(0, 16, 4) for j in range(0, 16, 4))
+    layer = y.dask.layers[y.name]
+    joined = [k for k, task in layer.items() if k[0] == y.name and task[0] is not operator.getitem]
+    # Blocks at the end of a row of chunks (3 of 4 on the first axis) or of a column of them.
+    assert len(joined) == (3 * 4 + 15 * 3) - 3 * 3
 
 
 def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():

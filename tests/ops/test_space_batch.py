@@ -252,26 +252,30 @@ def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_batch_to_space_nd_cropped_blocks_are_zarr_chunks(data):
-    # A crop before the first row of the first spatial axis: the output blocks are counted
-    # from the first kept row, so they are regular (a Zarr array's chunks, no rechunk to store
-    # them). With the batch chunked (bundles) blocks that run into the next input chunk are
-    # joined from the rows of two bundles; with the batch in one chunk, from one chunk's rows
-    # and the few the next chunk's reader lends (from a Zarr source or from another
+    # A crop before the first row of the first spatial axis (and of the second, chunked or
+    # not): the output blocks are counted from the first kept row on each axis, so they are
+    # regular (a Zarr array's chunks, no rechunk to store them). With the batch chunked
+    # (bundles) blocks that run into the next input chunk are joined from parts made by the
+    # bundles of the chunks they lie in; with the batch in one chunk, from one chunk's rows
+    # and the few the next chunks' readers lend (from a Zarr source or from another
     # computation's blocks). Stored inside ops.fusing_stores too.
     import zarr
 
     block = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
     groups = math.prod(block)
-    rows = data.draw(st.integers(1, 4))  # input rows per chunk on the first spatial axis
-    spatial = [rows * data.draw(st.integers(2, 5)), *(data.draw(st.integers(1, 3)) for _ in block[1:])]
+    rows = [data.draw(st.integers(1, 4)) for _ in block]  # input rows per chunk on each spatial axis
+    spatial = [rows[0] * data.draw(st.integers(2, 5)), *(n * data.draw(st.integers(1, 3)) for n in rows[1:])]
     lo = data.draw(st.integers(1, spatial[0] * block[0] - 1))
     hi = data.draw(st.integers(0, spatial[0] * block[0] - lo - 1))
-    crops = [[lo, hi], *([0, data.draw(st.integers(0, n * b - 1))] for n, b in zip(spatial[1:], block[1:]))]
+    crops = [[lo, hi]]
+    for n, b in zip(spatial[1:], block[1:]):  # any crop before on the other axes, chunked or not
+        other_lo = data.draw(st.integers(0, n * b - 1))
+        crops.append([other_lo, data.draw(st.integers(0, n * b - other_lo - 1))])
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     single = data.draw(st.booleans())  # the batch in one chunk, or one row per chunk
     count = data.draw(st.integers(1 if groups > 1 or single else 2, 2))
     x = random_array(rng, (groups * count, *spatial, 2), np.float32)
-    chunks = (x.shape[0] if single else 1, rows, *spatial[1:], 2)
+    chunks = (x.shape[0] if single else 1, *rows, 2)
     # A computed input (block keys, not region reads) only with the batch in one chunk: with it
     # chunked only bundles, which read a source, count blocks so. An exact copy of x, not
     # ``x * 1``, which would quiet signalling NaNs.
