@@ -13,8 +13,10 @@ each input with the same chunks and codec (the I/O limit). For each run it repor
 - **throughput** = max(logical bytes read, logical bytes written) / wall time, where bytes are
   the uncompressed array bytes (all inputs: GatherNd's indices, AscendDequant's scale; the
   output). The copy reads and writes the input's bytes. **ratio** = operator throughput / the
-  copy's throughput on the same input (the best of the copies run before and after the
-  operators), so 1.0x means the operator streams as fast as the storage allows;
+  copy's throughput on the same input, so 1.0x means the operator streams as fast as the
+  storage allows. ``--rounds`` (default 2) runs the copies and then the operators that many
+  times, and each ratio compares the fastest run of each: the machine's noise then weighs on
+  both sides alike;
 - the task count (tasks in the graph handed to the scheduler) and, for the operator graphs, the
   count at twice the input size (linear in chunks: the ratio should be ~2);
 - each worker's peak memory from the workers' own metrics: the maximum of the system monitor's
@@ -724,13 +726,14 @@ def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, 
 
 
 def run(cluster: Cluster, storage, sizes: Sizes, names: list[str], *, check: bool = True, copies: bool = True,
-        counts: bool = True, timeout: float | None = None, log=print) -> list[dict]:
-    """Write the inputs; run the copies, the operators ``names`` and the copies again (the faster
-    of each copy is kept), each timed, measured and checked; remove everything written.
+        counts: bool = True, rounds: int = 1, timeout: float | None = None, log=print) -> list[dict]:
+    """Write the inputs; ``rounds`` times, run the copies and then the operators ``names`` (the
+    fastest run of each is kept, copies and operators alike), each timed, measured and checked
+    (the first run); remove everything written.
 
     ``copies=False`` skips the copies (no ratios); ``counts=False`` skips the task counts at twice
     the input size; a run still going after ``timeout`` seconds is cancelled and recorded as
-    failed. Returns one dict per run: the copies first, then ``names`` in order.
+    failed. Returns one dict per case: each copy, then the ``names`` compared with it, in order.
     """
     started = time.perf_counter()
     code = code_version()  # before the workers import ops
@@ -745,7 +748,7 @@ def run(cluster: Cluster, storage, sizes: Sizes, names: list[str], *, check: boo
     rows: dict[str, dict] = {}
     try:
         with ThreadPoolExecutor(2) as pool:
-            for name in [*baselines, *names, *baselines]:
+            for name in [*baselines, *names] * rounds:
                 row = run_case(CASES[name], cluster, storage, arrays, sizes, pool, check=check and name not in rows,
                                timeout=timeout)
                 log(f"[{storage.kind}] {name}: {row['seconds']:.2f} s, {row['tasks']} tasks, peaks {_peaks(row)} MiB, "
@@ -783,8 +786,8 @@ def code_version() -> str:
 
 
 def _best_of(first: dict, second: dict) -> dict:
-    """A copy's two runs as one row: the faster time (the stricter yardstick), both times, every
-    restart and error seen, the first run's check."""
+    """A case's runs so far and its next one as one row: the faster time, all times, every
+    restart and error seen, the highest peaks, the first run's check."""
     best = first if first["seconds"] <= second["seconds"] else second
     return {**best, "seconds_all": [*first["seconds_all"], second["seconds"]], "checked": first["checked"],
             "restarts": first["restarts"] + second["restarts"], "error": first["error"] or second["error"],
@@ -899,12 +902,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-limit", default="384MiB")
     parser.add_argument("--worker-saturation", default="1.0",
                         help="the scheduler's distributed.scheduler.worker-saturation (default 1.0; Dask's is 1.1)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="run the copies and the operators this many times; the fastest of each counts (2)")
     parser.add_argument("--timeout", type=float, default=900, help="cancel a run after this many seconds (900)")
     parser.add_argument("--no-check", action="store_true", help="skip the block-by-block check")
     parser.add_argument("--no-record", action="store_true", help="print only; no RESULTS.md, no plot")
     parser.add_argument("--json", type=Path, help="also save the results here")
     parser.add_argument("--from-json", type=Path, nargs="+", help="record saved results instead of running")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.from_json:
         results = {}
         for path in args.from_json:
@@ -937,7 +944,8 @@ def measure(args) -> dict[str, list[dict]]:
                 else:
                     storage, gib = S3Storage(procs, work, args.s3_server), args.s3_gib
                 sizes = Sizes(gib, args.chunk_mib, round(args.tuples * gib / args.gib))
-                results[storage.kind] = run(cluster, storage, sizes, args.ops, check=not args.no_check, timeout=args.timeout)
+                results[storage.kind] = run(cluster, storage, sizes, args.ops, check=not args.no_check,
+                                            rounds=args.rounds, timeout=args.timeout)
         finally:
             if cluster:
                 cluster.close()
