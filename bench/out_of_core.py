@@ -957,11 +957,15 @@ def record(results, text: str, args) -> None:
     """Append a section to bench/RESULTS.md: machine, setup, the table, the plot."""
     today = datetime.date.today().isoformat()
     setups = "\n".join(f"- {kind}: {rows[0]['setup']}; {rows[0].get('code', '')}" for kind, rows in results.items())
+    # The rounds a run used (saved results hold no setting): as many times as an operator ran.
+    rounds = max((len(r["seconds_all"]) for rows in results.values() for r in rows if r["name"] not in COPIES),
+                 default=1)
     with open(RESULTS, "a") as f:
         f.write(f"\n## `python -m bench.out_of_core` — {today}\n\n{machine()}\n")
         f.write(f"Cluster: `dask scheduler` (worker-saturation {args.worker_saturation}) + 2 x "
                 f"`dask worker --nthreads 1 --memory-limit {args.memory_limit}` on "
-                f"127.0.0.1, Zarr v3 with zstd level 0 (the service's codec); inputs:\n{setups}\n\n")
+                f"127.0.0.1, Zarr v3 with zstd level 0 (the service's codec); {rounds} round(s) of the copies "
+                f"and then the operators, the fastest run of each compared; inputs:\n{setups}\n\n")
         f.write(text + "\n\n![throughput per operator beside the copy](out_of_core.png)\n")
 
 
