@@ -742,15 +742,13 @@ def _batch_to_space_gathered(reader, imports, rows, block_shape, crops):
 def _build_batch_to_space_single_shifted(x, source, out_chunks, block_shape, shifted, token) -> da.Array:
     """BatchToSpaceND with the batch axis in one chunk, its output blocks counted on each
     spatial axis from the first row the crop keeps (``shifted``: ``_shifted_rows`` of each
-    axis), so that they are Zarr chunks as they are. A block takes the rows of one input chunk
+    axis; ``out_chunks``: those blocks), so that they are Zarr chunks as they are. A block takes the rows of one input chunk
     and a few of the next (the crop's) on each axis. Each input chunk is read once, whole, by
     the block that takes most of it; that block's reader copies out the rows the other
     blocks take, which make their own blocks from their rows and those (no rechunk, no chunk
     read twice)."""
     m = len(block_shape)
     name, reader_name, export_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-reader", "-export"))
-    out_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
-                  *out_chunks[1 + m :])
     # SpaceToBatchND's halo plan: for each block, the chunks it reads, its boxes of them, the
     # boxes it copies out for others and the boxes it takes from others' copies.
     windows = _owned_windows([_shifted_reads(rows) for rows in shifted], 1, x.numblocks[1 + m :])
@@ -763,9 +761,7 @@ def _build_batch_to_space_single_shifted(x, source, out_chunks, block_shape, shi
         for e in range(len(exports)):
             layer[(export_name, *key[1:], e)] = (_export, reader_key, e)
     for key, (_, _, _, imports) in windows.items():
-        spatial = key[1 : 1 + m]
-        rows = [sum(stop - start for _, start, stop in shifted[i][k][0]) for i, k in enumerate(spatial)]
-        crops = [shifted[i][k][1] for i, k in enumerate(spatial)]
+        rows, crops = _shifted_block(shifted, key[1 : 1 + m])
         boxes = [[(export_name, *owner[1:], e), origin] for owner, e, origin in imports]
         layer[(name, *key)] = (_batch_to_space_gathered, (reader_name, *key[1:]), boxes, rows, list(block_shape),
                                crops)
@@ -820,6 +816,13 @@ def _shifted_chunks(rows, b: int) -> tuple[int, ...]:
     """The output chunks on one spatial axis of ``_shifted_rows``' blocks."""
     return tuple(sum(stop - start for _, start, stop in pieces) * b - before - after
                  for pieces, (before, after) in rows)
+
+
+def _shifted_block(shifted, spatial) -> tuple[list[int], list[tuple[int, int]]]:
+    """For the block at ``spatial`` of ``shifted`` (``_shifted_rows`` of each axis): its input
+    rows and its crops, per spatial axis."""
+    blocks = [axis[k] for axis, k in zip(shifted, spatial)]
+    return [sum(stop - start for _, start, stop in pieces) for pieces, _ in blocks], [crops for _, crops in blocks]
 
 
 def _shifted_reads(rows):
@@ -879,8 +882,11 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         shifted = [_shifted_rows(x.chunks[1 + i], b, lo, out_shape[1 + i], max(out_chunks[1 + i]))
                    for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))]
         shifted = None if None in shifted else shifted
+    if shifted is not None:  # the output chunks of the shifted plans (the others keep out_chunks)
+        shifted_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
+                          *out_chunks[1 + m :])
     if shifted is not None and single and in_chunks == x.chunks:
-        return _build_batch_to_space_single_shifted(x, source, out_chunks, block_shape, shifted, token)
+        return _build_batch_to_space_single_shifted(x, source, shifted_chunks, block_shape, shifted, token)
     if single and in_chunks == x.chunks and all(k == (0, n) for k, n in zip(kept, x.numblocks[1 : 1 + m])):
         # Each input block is one output block: a blockwise map, which Dask fuses with the
         # read of the block and the write of the result.
@@ -900,7 +906,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
         and groups * _largest_block_bytes(x) <= _chunks.target_bytes() // 2
     )
     if shifted is not None and bundled:
-        return _build_batch_to_space_shifted(x, source, pieces, in_chunks, out_chunks, block_shape, shifted, token)
+        return _build_batch_to_space_shifted(x, source, pieces, in_chunks, shifted_chunks, block_shape, shifted,
+                                             token)
     bundle_name = f"batch_to_space_nd-bundle-{token}"
     bundles: dict[tuple, list] = {}  # source chunks -> (output index, crops, parts) of each output block
     layer = {}
@@ -938,16 +945,14 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
 
 def _build_batch_to_space_shifted(x, source, pieces, in_chunks, out_chunks, block_shape, shifted, token) -> da.Array:
     """BatchToSpaceND in bundles, its output blocks counted on each spatial axis from the
-    first row the crop keeps (``shifted``: ``_shifted_rows`` of each axis). A block within one
-    input chunk is made by that chunk's bundle; a block that runs into the next chunk on some
-    axis is joined in a task of its own from its parts, each made by the bundle of the chunk
-    it lies in (a few rows: the crop's)."""
+    first row the crop keeps (``shifted``: ``_shifted_rows`` of each axis; ``out_chunks``:
+    those blocks). A block within one input chunk is made by that chunk's bundle; a block that
+    runs into the next chunk on some axis is joined in a task of its own from its parts, each
+    made by the bundle of the chunk it lies in (a few rows: the crop's)."""
     m = len(block_shape)
     groups = math.prod(block_shape)
     batch_blocks = len(in_chunks[0]) // groups
     name, bundle_name, part_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-bundle", "-part"))
-    out_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
-                  *out_chunks[1 + m :])
     reads = [_shifted_reads(rows) for rows in shifted]
     bundles: dict[tuple, list] = {}  # source chunks -> [(crops or None, parts)] of each output
     outputs: dict[tuple, tuple] = {}  # output block -> ([(bundle's source chunks, position)], origins, rows, crops)
@@ -967,8 +972,7 @@ def _build_batch_to_space_shifted(x, source, pieces, in_chunks, out_chunks, bloc
     for n in range(batch_blocks):
         for spatial in np.ndindex(*map(len, shifted)):
             boxes = list(itertools.product(*(reads[i][k] for i, k in enumerate(spatial))))
-            rows = [sum(stop - start for _, start, stop, _ in reads[i][k]) for i, k in enumerate(spatial)]
-            crops = [shifted[i][k][1] for i, k in enumerate(spatial)]
+            rows, crops = _shifted_block(shifted, spatial)
             for rest in np.ndindex(*x.numblocks[1 + m :]):
                 made = []
                 for box in boxes:
