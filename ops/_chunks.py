@@ -95,6 +95,12 @@ def zarr_regular(chunks: tuple[int, ...]) -> bool:
     return len(chunks) < 2 or (len(set(chunks[:-1])) == 1 and chunks[-1] <= chunks[0])
 
 
+def zarr_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """One Zarr chunk length per axis such that no two Dask blocks share a Zarr chunk: the
+    blocks' length when they are regular (but the last), else the largest (a rechunk)."""
+    return tuple(max(max(axis, default=1), 1) for axis in chunks)
+
+
 # More blocks than this is no graph Dask can schedule (each block is at least one task).
 MAX_BLOCKS = 10_000_000
 

@@ -32,6 +32,7 @@ import xarray as xr
 
 import ops
 from ops import _validate, dtypes, registry
+from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from service import run_storage
 from service.run_storage import LocalOutput, ObjectOutput
@@ -359,8 +360,9 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
                          settings) for role, path in paths.items()]
     arrays = {i.role: i.array for i in opened}
     arrays.update({k: scalar_or_array(k, v, op) for k, v in literal_arrays.items()})
-    # Beside the output, where the workers write anyway; created only if a plan writes there.
-    scratch, scratch_options = target.scratch()
+    # Created only if a plan writes there: on this machine's disk for the embedded cluster,
+    # else beside the output, where the workers write anyway.
+    scratch, scratch_options = target.scratch(workers_local=settings.scheduler is None)
     try:
         with ops.scratch(scratch, scratch_options):
             result = registry.apply(op.name, arrays, params, dims)  # the graph, as the service builds it
@@ -372,12 +374,6 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
     return Plan(op, params, opened, result, target, variable, dims, scratch)
-
-
-def zarr_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-    """One Zarr chunk length per axis such that no two Dask blocks share a Zarr chunk: the
-    blocks' length when they are regular (but the last), else the largest (a rechunk)."""
-    return tuple(max(max(axis, default=1), 1) for axis in chunks)
 
 
 def _nbytes(shape, dtype) -> int:

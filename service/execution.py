@@ -31,6 +31,7 @@ from distributed import CancelledError, Future
 
 import ops
 from ops import dtypes, registry
+from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
 from service import npy, progress
@@ -392,7 +393,7 @@ class Executor:
                 chunks = stream_chunks(value.shape, np.dtype(value.dtype).itemsize, self.store.chunk_bytes)
                 arr = value.chunk(dict(zip(value.dims, chunks))) if value.ndim else value.chunk()
             else:
-                arr = result.chunk(dict(zip(result.dims, _regular(result.data.chunks)))) if result.ndim else result
+                arr = result.chunk(dict(zip(result.dims, zarr_chunks(result.data.chunks)))) if result.ndim else result
             fill = self.store.write_skeleton(built, arr, tuple(c[0] for c in arr.chunks) if arr.ndim else (),
                                              plan.result_name)
             if plan.inline_only:
@@ -533,17 +534,6 @@ def remove_partial(path, remove=None) -> None:
         timer = threading.Timer(delay, remove, args=(path,))
         timer.daemon = True
         timer.start()
-
-
-def _regular(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-    """One Zarr chunk length per axis that the Dask chunks can be written to without two
-    blocks sharing a Zarr chunk: the common length when chunks are regular (but the last),
-    else the largest (and the array is rechunked to it)."""
-    out = []
-    for axis in chunks:
-        first = max(axis) if axis else 1
-        out.append(max(first, 1))
-    return tuple(out)
 
 
 def dtype_header(dtype) -> dict:

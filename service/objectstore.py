@@ -95,6 +95,8 @@ def open_store(settings: Settings) -> ArrayStore:
     if settings.scratch:
         options = storage_options(settings) if settings.scratch.startswith("s3://") else {}
         store.scratch_root = (settings.scratch, options)
+    elif settings.remote and settings.scheduler is None:
+        store.scratch_on_local_disk = True
     return store
 
 
@@ -435,10 +437,19 @@ class ObjectArrayStore(ArrayStore):
         """A fresh version prefix (nothing is written until Zarr writes into it)."""
         return self._version(f"{prefix}{uuid.uuid4().hex}")
 
+    #: The workers are processes on this machine (the embedded cluster): a job's intermediate
+    #: files go to a directory under the state dir's tmp/, not through the bucket.
+    scratch_on_local_disk: bool = False
+
     def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
-        """A fresh prefix under ``scratch/`` for one job's intermediate files (``ops.scratch``),
-        which the workers reach with the graph's storage options, and its removal (unless the
-        scratch setting puts them elsewhere)."""
+        """A fresh location for one job's intermediate files (``ops.scratch``) and its removal:
+        the scratch setting's, else a directory under tmp/ when the workers share this
+        machine's disk, else a prefix under ``scratch/`` in the bucket, which the workers
+        reach with the graph's storage options."""
+        if self.scratch_root is None and self.scratch_on_local_disk:
+            # GatherNd moves its gathered rows through the scratch twice: on local disk that
+            # costs no request and no server time (on moto, 0.76x of a copy against 0.45x).
+            return super().scratch(prefix)
         root = self.scratch_root or (f"s3://{self.base}/scratch", self.options)
         return _configured_scratch(*root, prefix)
 

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
+
+import dask
 
 from zarr.storage import FsspecStore
 
@@ -122,16 +125,14 @@ class LocalOutput:
         parent = self.path.parent
         return None if parent.is_dir() else f"the directory {parent} does not exist"
 
-    def scratch(self) -> tuple[str, dict]:
-        """A sibling for GatherNd's intermediate files: ``(url, storage options)``."""
+    def scratch(self, workers_local: bool = False) -> tuple[str, dict]:
+        """A sibling for GatherNd's intermediate files: ``(url, storage options)``. (The
+        workers reach it as they reach the output, on this machine or not.)"""
         return str(self.path.with_name(f".{self.path.name}.scratch-{uuid.uuid4().hex[:8]}")), {}
 
     def remove_scratch(self, url: str) -> bool:
         """Remove the scratch; whether there was one."""
-        if not Path(url).exists():
-            return False
-        shutil.rmtree(url, ignore_errors=True)
-        return True
+        return _remove_local_scratch(url)
 
     def target(self):
         """What ``to_zarr`` writes to."""
@@ -163,6 +164,14 @@ class LocalOutput:
             return False
         shutil.rmtree(self.built, ignore_errors=True)
         return True
+
+
+def _remove_local_scratch(path: str) -> bool:
+    """Remove a scratch directory; whether there was one."""
+    if not Path(path).exists():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
 
 
 class ObjectOutput:
@@ -207,10 +216,19 @@ class ObjectOutput:
             return f"the bucket {bucket} is not accessible: {error}"
         return None
 
-    def scratch(self) -> tuple[str, dict]:
+    def scratch(self, workers_local: bool = False) -> tuple[str, dict]:
+        """Where GatherNd's intermediate files go: ``(url, storage options)``. Workers on this
+        machine (the embedded cluster) use a directory in Dask's ``temporary-directory`` (else
+        the system's): the rows pass through the scratch twice, and local disk costs no
+        request. Workers elsewhere use a prefix beside the output, which they reach."""
+        if workers_local:
+            base = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+            return str(Path(base).absolute() / f"chunked-tensor-ops-scratch-{uuid.uuid4().hex}"), {}
         return self._url(self._sibling("scratch")), self.options
 
     def remove_scratch(self, url: str) -> bool:
+        if not is_url(url):
+            return _remove_local_scratch(url)
         path = url.split("://", 1)[1]
         if not self.fs.exists(path):
             return False

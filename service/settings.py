@@ -43,8 +43,10 @@ class Settings(BaseSettings):
     scheduler_timeout: float = Field(5.0, gt=0)
     # Where jobs put their intermediate files (GatherNd's all-to-all when params is large): a
     # directory every worker reaches (a shared file system) or an fsspec URL (s3:// uses the
-    # s3_* settings below). Default: under the data root (tmp/ locally, scratch/ on S3); an S3
-    # scratch costs a small GET per (indices block, params block) pair, a shared disk does not.
+    # s3_* settings below). Default: under the data root (tmp/) when it is local; with an S3
+    # data root, the state dir's tmp/ for the embedded cluster (its workers share this disk)
+    # and scratch/ in the bucket for an external one (its workers may share no disk). The
+    # scratch carries GatherNd's gathered rows twice: a shared disk saves those requests.
     scratch: str | None = None
     # --- object storage (data_root = s3://bucket/prefix); never taken from requests --------
     # Where the job records (SQLite) and upload spools live when data_root is remote;

@@ -23,13 +23,12 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from distributed import Client
 
 import ops
 from ops.errors import InvalidArgument
 from service import batch, cli
 from tests.helpers import assert_same, stores_as_made
-from tests.service.test_cluster import DASK, _free_port, _stop
+from tests.service.test_cluster import _free_port, dask_processes
 
 SCRIPT = Path(sys.executable).parent / "chunked-tensor-ops"
 RNG = np.random.default_rng(10)
@@ -401,23 +400,8 @@ def test_verbose_shows_the_traceback(inputs, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
     """(address, process) of a ``dask scheduler`` with one ``dask worker``, each its own process."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    logs = tmp_path_factory.mktemp("cli-dask-logs")
-    procs: list[subprocess.Popen] = []
-    for name, args in (("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"]),
-                       ("worker", ["worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "2",
-                                   "--memory-limit", "1GiB", "--no-dashboard"])):
-        with open(logs / f"{name}.log", "wb") as log:
-            procs.append(subprocess.Popen([str(DASK), *args], stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL))
-    try:
-        with Client(address, timeout=60, set_as_default=False) as client:  # retries until it listens
-            client.wait_for_workers(1, timeout=60)
+    with dask_processes(tmp_path_factory.mktemp("cli-dask-logs"), workers=1, nthreads=2) as (address, procs, _):
         yield address, procs[0]
-    finally:
-        procs[0].send_signal(signal.SIGCONT)  # in case a test left it frozen
-        _stop(procs)
 
 
 def test_existing_scheduler_and_overwrite(scheduler, inputs, tmp_path):

@@ -9,6 +9,7 @@ unfinished one is not there at all, and a failed replacement leaves the old outp
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import dask
 import numpy as np
@@ -21,6 +22,7 @@ import ops
 from service import cli
 from service.run_storage import HeldRootStore
 from tests.helpers import assert_same
+from tests.service.test_cluster import dask_processes
 from tests.service.test_object_storage import KEY, SECRET, moto_bucket, raw_fs
 
 BUCKET = "batch"
@@ -223,8 +225,16 @@ def test_overwrite_replaces_the_output_whole(s3_env, bucket, workspace, capsys):
     assert not [p for p in objects(bucket, workspace) if "/." in p]  # no build prefix left
 
 
-def test_a_large_gather_puts_its_scratch_beside_the_output_in_the_bucket(s3_env, bucket, workspace, capsys,
-                                                                        monkeypatch):
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    """The address of a ``dask scheduler`` with one ``dask worker``, each its own process."""
+    with dask_processes(tmp_path_factory.mktemp("dask-logs"), workers=1, nthreads=2) as (address, _, _):
+        yield address
+
+
+def _large_gather(s3_env, bucket, workspace, capsys, monkeypatch, *cluster: str) -> str:
+    """GatherNd past the broadcast limit (array.chunk-size lowered to 1 KiB) from and to the
+    bucket, checked against NumPy; the scratch URL its plan used (nothing of it left)."""
     gather_module = sys.modules["ops.gather_nd"]
     used = []
     build_scratch = gather_module._build_scratch
@@ -238,11 +248,30 @@ def test_a_large_gather_puts_its_scratch_beside_the_output_in_the_bucket(s3_env,
     idx = put_array(s3_env, f"{workspace}/idx.zarr", POINTS, (10, 2))
     with dask.config.set({"array.chunk-size": "1KiB"}):
         code, _, err = main(capsys, "gather_nd", "--input", params, "--input", f"indices={idx}",
-                            "--output", f"s3://{BUCKET}/{workspace}/picked.zarr", "--quiet", *QUICK)
+                            "--output", f"s3://{BUCKET}/{workspace}/picked.zarr", "--quiet", *cluster)
     assert code == 0, err
-    assert len(used) == 1 and used[0].startswith(f"s3://{BUCKET}/{workspace}/.picked.zarr.scratch-")
     assert_same(read_output(s3_env, f"{workspace}/picked.zarr", "result").values, ops.gather_nd(PARAMS, POINTS))
-    assert not [p for p in objects(bucket, workspace) if "/." in p]  # the scratch is gone
+    assert not [p for p in objects(bucket, workspace) if "/." in p]  # no scratch or build prefix left
+    assert len(used) == 1, used
+    return used[0]
+
+
+def test_a_large_gather_on_the_embedded_cluster_keeps_its_scratch_on_local_disk(s3_env, bucket, workspace,
+                                                                               capsys, monkeypatch, tmp_path):
+    """The embedded cluster's workers share this machine's disk: the gathered rows go through
+    a directory in Dask's temporary-directory, not through the bucket."""
+    with dask.config.set({"temporary-directory": str(tmp_path)}):
+        url = _large_gather(s3_env, bucket, workspace, capsys, monkeypatch, *QUICK)
+    assert Path(url).parent == tmp_path and Path(url).name.startswith("chunked-tensor-ops-scratch-"), url
+    assert not Path(url).exists()  # removed when the run ended
+
+
+def test_a_large_gather_on_an_external_cluster_puts_its_scratch_beside_the_output(scheduler, s3_env, bucket,
+                                                                                  workspace, capsys, monkeypatch):
+    """Workers elsewhere may share no disk with this machine: the scratch is a prefix beside
+    the output in the bucket, which they reach."""
+    url = _large_gather(s3_env, bucket, workspace, capsys, monkeypatch, "--scheduler", scheduler)
+    assert url.startswith(f"s3://{BUCKET}/{workspace}/.picked.zarr.scratch-"), url
 
 
 # --- refusals, before anything is scheduled -------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import socket
 import subprocess
 import sys
@@ -53,26 +54,25 @@ def _stop(procs: list[subprocess.Popen]) -> None:
     assert all(proc.poll() is not None for proc in procs)
 
 
-@pytest.fixture(scope="module")
-def dask_cluster(tmp_path_factory):
-    """(scheduler address, a driver Client): a scheduler and two one-thread workers of 1 GiB,
-    each its own process, like ``docker compose`` would start them."""
+@contextlib.contextmanager
+def dask_processes(logs: Path, *, workers: int, nthreads: int, memory_limit: str = "1GiB"):
+    """(scheduler address, [scheduler, worker...] processes, a driver Client): ``dask scheduler``
+    and ``workers`` x ``dask worker``, each its own process on 127.0.0.1, like ``docker
+    compose`` would start them; stopped (workers first) afterwards."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    logs = tmp_path_factory.mktemp("dask-logs")
     procs: list[subprocess.Popen] = []
 
     def spawn(name: str, *args: str) -> None:
-        log = open(logs / f"{name}.log", "wb")
-        procs.append(subprocess.Popen([str(DASK), *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL))
-        log.close()
+        with open(logs / f"{name}.log", "wb") as log:
+            procs.append(subprocess.Popen([str(DASK), *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL))
 
     try:
         spawn("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
-        for k in range(2):
-            spawn(f"worker-{k}", "worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "1",
-                  "--memory-limit", "1GiB", "--no-dashboard")
+        for k in range(workers):
+            spawn(f"worker-{k}", "worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads",
+                  str(nthreads), "--memory-limit", memory_limit, "--no-dashboard")
         client = None
         deadline = time.monotonic() + 60
         while client is None:  # the scheduler may not listen yet
@@ -83,12 +83,20 @@ def dask_cluster(tmp_path_factory):
                     raise
                 time.sleep(0.2)
         try:
-            client.wait_for_workers(2, timeout=60)
-            yield address, client
+            client.wait_for_workers(workers, timeout=60)
+            yield address, procs, client
         finally:
             client.close(timeout=10)
     finally:
+        procs[0].send_signal(signal.SIGCONT)  # in case a test left it frozen
         _stop(procs)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory):
+    """(scheduler address, a driver Client): a scheduler and two one-thread workers of 1 GiB."""
+    with dask_processes(tmp_path_factory.mktemp("dask-logs"), workers=2, nthreads=1) as (address, _, client):
+        yield address, client
 
 
 @pytest.fixture(scope="module")

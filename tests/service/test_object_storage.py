@@ -36,6 +36,7 @@ from service.execution import Executor
 from service.objectstore import STORAGE_UNAVAILABLE, ObjectArrayStore, StorageUnavailable, open_store
 from service.state import services
 from tests.service.conftest import NPY, assert_problem, eventually, inline, load_npy, make_settings, npy_bytes
+from tests.service.test_cluster import dask_processes
 
 BUCKET = "tensors"
 PREFIX = "service"
@@ -330,36 +331,78 @@ def test_job_failing_on_the_workers_leaves_no_version(client, bucket):
     assert eventually(lambda: versions(bucket) == before), versions(bucket) - before
 
 
-def _scratch_objects(bucket) -> list[str]:
+def _scratch_objects(bucket, prefix: str = PREFIX) -> list[str]:
     bucket.invalidate_cache()
-    return bucket.find(f"{BUCKET}/{PREFIX}/scratch")
+    return bucket.find(f"{BUCKET}/{prefix}/scratch")
 
 
-def test_a_large_gather_goes_through_scratch_objects_in_the_bucket(client, bucket, s3_calls):
-    """Params past the broadcast limit (array.chunk-size lowered to 256 KiB): GatherNd's
-    all-to-all writes its intermediate objects under scratch/ in the data root, where the
-    workers reach them with the graph's storage options; the API process writes none of them,
-    and none is left when the job ends."""
+# Function scope: gone before a later test starts an app with worker processes (a live app's
+# thread pool, in Dask's global config, cannot be sent to a new worker process).
+@pytest.fixture
+def external_client(endpoint, s3_calls, tmp_path_factory):
+    """The service on s3://tensors/external with an external Dask scheduler (``dask scheduler``
+    and one ``dask worker`` process): workers that may share no disk with the service."""
+    with dask_processes(tmp_path_factory.mktemp("dask-logs"), workers=1, nthreads=2) as (address, _, _):
+        settings = s3_settings(endpoint, tmp_path_factory.mktemp("state"), data_root=f"s3://{BUCKET}/external",
+                               scheduler=address)
+        with TestClient(create_app(settings)) as test_client:
+            yield test_client
+
+
+def _large_gather(client, monkeypatch, s3_calls) -> list[str]:
+    """Run GatherNd past the broadcast limit (array.chunk-size lowered to 256 KiB) as a job,
+    check its result byte for byte and that its scratch plan ran; the scratch URLs it used."""
     params = np.random.default_rng(8).standard_normal((2048, 64), dtype=np.float32)  # 512 KiB
     indices = np.random.default_rng(9).integers(-2048, 2048, size=(6000, 1), dtype=np.int64)
-    put(client, "s3_scratch_params", params, chunks="256,64")
-    put(client, "s3_scratch_indices", indices, chunks="1000,1")
+    put(client, "scratch_params", params, chunks="256,64")
+    put(client, "scratch_indices", indices, chunks="1000,1")
+    store, used = store_of(client), []
+    scratch = store.scratch
+
+    def recording(prefix):
+        location, remove = scratch(prefix)
+        used.append(location["url"])
+        return location, remove
+
+    monkeypatch.setattr(store, "scratch", recording)
     s3_calls.clear()
     with dask.config.set({"array.chunk-size": "256KiB"}):
-        response = execute(client, "gather_nd", {"params": {"href": "/arrays/s3_scratch_params"},
-                                                 "indices": {"href": "/arrays/s3_scratch_indices"}},
-                           mode="reference", name="s3_scratch_out", headers={"Prefer": "respond-async"})
+        response = execute(client, "gather_nd", {"params": {"href": "/arrays/scratch_params"},
+                                                 "indices": {"href": "/arrays/scratch_indices"}},
+                           mode="reference", name="scratch_out", headers={"Prefer": "respond-async"})
         assert response.status_code == 201, response.text
         info = wait_job(client, response.json()["jobID"])
     assert info["status"] == "successful", info
     dask_client = client.app.state.services.cluster.live_client()
     prefixes = dask_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
     assert {"gather_nd-split", "gather_nd-serve"} <= set(prefixes)  # the scratch plan ran
-    # The workers wrote and read the scratch objects; this process only looked for leftovers.
+    # The workers wrote and read the scratch files; this process only removed them.
     here = {method for method, key in s3_calls.calls if "/scratch/" in key}
     assert not here & {"get_object", "put_object", "create_multipart_upload", "upload_part"}, here
-    same_bytes(load_npy(client.get("/arrays/s3_scratch_out").content), ops.gather_nd(params, indices))
+    same_bytes(load_npy(client.get("/arrays/scratch_out").content), ops.gather_nd(params, indices))
+    return used
+
+
+def test_a_large_gather_on_an_external_cluster_goes_through_scratch_objects_in_the_bucket(
+        external_client, bucket, s3_calls, monkeypatch):
+    """Workers of an external scheduler reach the bucket: the all-to-all writes its
+    intermediate objects under scratch/ in the data root, and none is left when the job ends."""
+    used = _large_gather(external_client, monkeypatch, s3_calls)
+    assert len(used) == 1 and used[0].startswith(f"s3://{BUCKET}/external/scratch/job-"), used
+    assert _scratch_objects(bucket, "external") == []
+
+
+def test_a_large_gather_on_the_embedded_cluster_keeps_its_scratch_on_local_disk(client, bucket, s3_calls,
+                                                                               monkeypatch):
+    """The embedded cluster's workers are processes on this machine: the gathered rows go
+    through a directory under the state dir's tmp/, not through the bucket, which is gone
+    when the job ends."""
+    used = _large_gather(client, monkeypatch, s3_calls)
+    tmp = store_of(client).tmp
+    assert len(used) == 1 and Path(used[0]).parent == tmp, (used, tmp)
+    assert not Path(used[0]).exists()
     assert _scratch_objects(bucket) == []
+    assert not [key for _, key in s3_calls.calls if "/scratch/" in key]
 
 
 def test_scratch_files_upload_in_small_parts(endpoint, bucket):
