@@ -9,9 +9,10 @@ import threading
 import time
 
 import dask
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, WorkerPlugin
 
 from service.errors import CLUSTER_UNAVAILABLE, ServiceError
+from service.fsspec_store import close_sessions
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,16 @@ log = logging.getLogger(__name__)
 class ClusterUnavailable(ServiceError):
     def __init__(self, detail: str):
         super().__init__(503, CLUSTER_UNAVAILABLE, detail)
+
+
+class CloseObjectStoreSessions(WorkerPlugin):
+    """Closes a worker's object store sessions when the worker closes: without it, each worker
+    process of the embedded cluster reports its open sessions on stderr as it ends."""
+
+    name = "chunked-tensor-ops-close-object-store-sessions"
+
+    def teardown(self, worker) -> None:
+        close_sessions()
 
 
 class Cluster:
@@ -46,6 +57,8 @@ class Cluster:
                 scheduler_kwargs={"dashboard": self.dashboard}, **where,
             )
             self._client = Client(self._local, set_as_default=False)
+            if s.cluster_processes:
+                self._client.register_plugin(CloseObjectStoreSessions())
         else:
             try:
                 self.client()

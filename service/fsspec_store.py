@@ -11,6 +11,10 @@ as zarr does.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sys
+
 from zarr.core.buffer import Buffer, cpu
 from zarr.storage import FsspecStore
 
@@ -45,3 +49,41 @@ class ObjectStore(FsspecStore):
 
     async def set(self, key: str, value: Buffer, byte_range: tuple[int, int] | None = None) -> None:
         await super().set(key, _whole_bytes(value), byte_range)
+
+
+def close_sessions(timeout: float = 5.0) -> None:
+    """Close the HTTP sessions of this process's cached s3fs file systems, each on the event
+    loop it was opened in.
+
+    s3fs closes none of the sessions of the asynchronous file systems Zarr opens, and its
+    finalizer for the others no longer reaches aiobotocore's sessions (fsspec/s3fs#943): a
+    worker process that ends reports each one left open as "Unclosed client session" on
+    stderr. Closing an aiohttp session twice is harmless, so s3fs's own finalizer may still run.
+    """
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is None:  # this process never opened an object store
+        return
+    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    for fs in list(s3fs.S3FileSystem._cache.values()):
+        http = getattr(getattr(getattr(fs, "_s3", None), "_endpoint", None), "http_session", None)
+        for session in (getattr(http, "_sessions", None) or {}).values():
+            loop = getattr(session, "_loop", None)
+            if loop is not None and not session.closed and not loop.is_closed():
+                by_loop.setdefault(loop, []).append(session)
+    for loop, sessions in by_loop.items():
+        async def close(sessions=sessions) -> None:
+            for session in sessions:
+                await session.close()
+
+        with contextlib.suppress(Exception):  # a teardown: nothing here may fail a worker's exit
+            if not loop.is_running():
+                loop.run_until_complete(close())
+            elif loop is not _running_loop():
+                asyncio.run_coroutine_threadsafe(close(), loop).result(timeout)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

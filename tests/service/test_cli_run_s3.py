@@ -103,13 +103,15 @@ def workspace(bucket, request):
 
 
 @pytest.mark.parametrize("cluster", ["threads", "processes"])
-def test_s3_to_s3_matches_the_numpy_kernel(s3_env, bucket, workspace, capsys, cluster):
-    """Worker processes read and write the bucket themselves (the store carries its options)."""
+def test_s3_to_s3_matches_the_numpy_kernel(s3_env, bucket, workspace, capfd, cluster):
+    """Worker processes read and write the bucket themselves (the store carries its options),
+    and end without reporting open sessions on the run's stderr (capfd: theirs too)."""
     source = put_array(s3_env, f"{workspace}/image.zarr", IMAGE, (1, 4, 4, 16), dims=["n", "y", "x", "c"])
     flags = QUICK if cluster == "threads" else ["--n-workers", "1", "--memory-limit", "1GiB"]
-    code, out, err = main(capsys, "depth_to_space", "--input", source, "--param", "block_size=2",
+    code, out, err = main(capfd, "depth_to_space", "--input", source, "--param", "block_size=2",
                           "--output", f"s3://{BUCKET}/{workspace}/d2s.zarr", "--quiet", *flags)
     assert code == 0, err
+    assert err == "", err
     assert f"wrote s3://{BUCKET}/{workspace}/d2s.zarr (variable result)" in out
     got = read_output(s3_env, f"{workspace}/d2s.zarr", "result")
     assert got.dims == ("n", "y", "x", "c")
