@@ -71,6 +71,19 @@ def load_npy(content: bytes) -> np.ndarray:
     return np.load(io.BytesIO(content), allow_pickle=False)
 
 
+def cpu_seconds(procs: Processes) -> dict[str, float]:
+    """User + system CPU seconds so far of each process ``procs`` started (its children
+    included: a Dask worker runs under its nanny), by name."""
+    import psutil  # distributed's own dependency
+
+    seconds = {}
+    for name, proc in procs.started:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(proc.pid)
+            seconds[name] = sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
+    return seconds
+
+
 def stop_process(proc: subprocess.Popen, wait: float = 20.0) -> None:
     """SIGTERM, SIGKILL after ``wait`` seconds, then SIGKILL what is left of its process group
     (a worker or nanny child that outlived it)."""

@@ -66,7 +66,7 @@ from zarr.codecs import ZstdCodec
 
 import ops
 from ops import _chunks
-from bench.common import Processes, free_port, machine, wait_until
+from bench.common import Processes, cpu_seconds, free_port, machine, wait_until
 from service.fsspec_store import ObjectStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -686,12 +686,16 @@ def run_case(case: Case, cluster: Cluster, storage, arrays, sizes: Sizes, pool, 
     row["elements_out"] = out.size
     os.sync()  # the previous run's dirty pages are not this run's work
     since = cluster.reset_peaks()
+    cpu = cpu_seconds(cluster.procs)
     started = time.perf_counter()
     try:
         compute_store(cluster.client, stored, timeout)
     except Exception as exc:  # recorded, not hidden: a killed worker, a memory error, ...
         row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     row["seconds"] = time.perf_counter() - started
+    # Where the machine's cores went: on two cores shared with the S3 server, a run is often
+    # CPU-bound, and its time then follows the CPU it spends, not the bytes it moves.
+    row["cpu"] = {name: spent - cpu.get(name, 0.0) for name, spent in cpu_seconds(cluster.procs).items()}
     try:
         row["peaks"] = cluster.peaks(since)
     except Exception as exc:
@@ -828,8 +832,9 @@ def verdict(row: dict, limit_bytes: int) -> str:
 
 
 def table(rows: list[dict], limit_bytes: int) -> str:
-    head = ("| storage | run | GiB in / out | time | throughput | vs copy | tasks (2x input) | chunks in / out "
-            "| worker peak RSS, monitor / VmHWM (MiB) | restarts | checked | verdict |")
+    head = ("| storage | run | GiB in / out | time | throughput | vs copy | CPU s: workers / S3 server "
+            "| tasks (2x input) | chunks in / out | worker peak RSS, monitor / VmHWM (MiB) | restarts | checked "
+            "| verdict |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         peaks = _peaks(r)
@@ -839,9 +844,19 @@ def table(rows: list[dict], limit_bytes: int) -> str:
             f"| {r['storage']} | {r['label']}{' (+rechunk for the store)' if r['rechunked'] else ''} "
             f"| {r['bytes_in'] / GiB:.2f} / {r['bytes_out'] / GiB:.2f} | {times} s "
             f"| {_speed(r)} | {'-' if r['error'] or r['ratio'] is None or r['name'] in COPIES else format(r['ratio'], '.2f') + 'x'} "
-            f"| {r['tasks']}{double} | {r['chunks_in']} / {r['chunks_out']} | {peaks} | {len(r['restarts'])} "
+            f"| {_cpu(r)} | {r['tasks']}{double} | {r['chunks_in']} / {r['chunks_out']} | {peaks} | {len(r['restarts'])} "
             f"| {'all ' + format(r['checked'], ',') if r['checked'] else 'no'} | {verdict(r, limit_bytes)} |")
     return "\n".join(lines)
+
+
+def _cpu(row: dict) -> str:
+    """CPU seconds of the row's (fastest) run: the workers' together, and the S3 server's."""
+    cpu = row.get("cpu")  # absent from JSON written before it was measured
+    if not cpu:
+        return "-"
+    workers = sum(v for name, v in cpu.items() if name.startswith("worker"))
+    server = [v for name, v in cpu.items() if name in ("moto", "seaweedfs")]
+    return f"{workers:.0f} / {server[0]:.0f}" if server else f"{workers:.0f} / -"
 
 
 def _speed(row: dict) -> str:

@@ -53,6 +53,10 @@ def test_operator_streams_within_the_workers_memory(results, name):
     # Every output element was compared with the NumPy kernel (the check raises on the first difference).
     assert row["checked"] == row["elements_out"] > 0
     assert len(row["peaks"]) == 2
+    # The CPU the run took, from each process's own counters (a worker's under its nanny).
+    assert set(row["cpu"]) >= {"scheduler", "worker-0", "worker-1"}, row["cpu"]
+    assert all(row["cpu"][w] > 0 for w in ("worker-0", "worker-1")), row["cpu"]
+    assert ooc.table([{**row, "seconds_all": [row["seconds"]], "ratio": None}], 0).count(" / -") == 1
     for worker, peak in row["peaks"].items():
         assert peak["limit"] == parse_bytes(MEMORY_LIMIT)
         assert peak["samples"] > 0, f"{worker}: the system monitor took no sample during the run"
