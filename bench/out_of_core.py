@@ -425,8 +425,10 @@ class Case:
     build: Callable
     check: Callable
     baseline: str  # the copy case it is compared with
-    # GatherNd's scratch on the workers' local disk even when the arrays are on S3 (the service's
-    # CHUNKED_TENSOR_OPS_SCRATCH); on local storage the same as the plain case, so not run there.
+    # GatherNd's scratch on the workers' local disk even when the arrays are on S3: where the
+    # service and the command line put it for the embedded cluster (or CHUNKED_TENSOR_OPS_SCRATCH
+    # on a shared disk); the plain case keeps it in the bucket, as they do with --scheduler. On
+    # local storage the same as the plain case, so not run there.
     disk_scratch: bool = False
 
 

@@ -24,7 +24,6 @@ import uuid
 from pathlib import Path
 
 import dask
-
 from zarr.storage import FsspecStore
 
 from service.fsspec_store import ObjectStore
