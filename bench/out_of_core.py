@@ -846,7 +846,8 @@ def table(rows: list[dict], limit_bytes: int) -> str:
             f"| {r['storage']} | {r['label']}{' (+rechunk for the store)' if r['rechunked'] else ''} "
             f"| {r['bytes_in'] / GiB:.2f} / {r['bytes_out'] / GiB:.2f} | {times} s "
             f"| {_speed(r)} | {'-' if r['error'] or r['ratio'] is None or r['name'] in COPIES else format(r['ratio'], '.2f') + 'x'} "
-            f"| {_cpu(r)} | {r['tasks']}{double} | {r['chunks_in']} / {r['chunks_out']} | {peaks} | {len(r['restarts'])} "
+            f"| {_cpu(r)} | {r['tasks']}{double} | {r['chunks_in']} / {r['chunks_out']} | {peaks} "
+            f"| {len(r['restarts'])} "
             f"| {'all ' + format(r['checked'], ',') if r['checked'] else 'no'} | {verdict(r, limit_bytes)} |")
     return "\n".join(lines)
 

@@ -742,11 +742,11 @@ def _batch_to_space_gathered(reader, imports, rows, block_shape, crops):
 def _build_batch_to_space_single_shifted(x, source, out_chunks, block_shape, shifted, token) -> da.Array:
     """BatchToSpaceND with the batch axis in one chunk, its output blocks counted on each
     spatial axis from the first row the crop keeps (``shifted``: ``_shifted_rows`` of each
-    axis; ``out_chunks``: those blocks), so that they are Zarr chunks as they are. A block takes the rows of one input chunk
-    and a few of the next (the crop's) on each axis. Each input chunk is read once, whole, by
-    the block that takes most of it; that block's reader copies out the rows the other
-    blocks take, which make their own blocks from their rows and those (no rechunk, no chunk
-    read twice)."""
+    axis; ``out_chunks``: those blocks), so that they are Zarr chunks as they are. A block
+    takes the rows of one input chunk and a few of the next (the crop's) on each axis. Each
+    input chunk is read once, whole, by the block that takes most of it; that block's reader
+    copies out the rows the other blocks take, which make their own blocks from their rows
+    and those (no rechunk, no chunk read twice)."""
     m = len(block_shape)
     name, reader_name, export_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-reader", "-export"))
     # SpaceToBatchND's halo plan: for each block, the chunks it reads, its boxes of them, the
