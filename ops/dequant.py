@@ -374,8 +374,9 @@ def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_r
     >>> ops.ascend_dequant(src, scale, dst_dtype="float32", calc_count=6)[0]   # the last 2 columns pass through
     array([-35.2     ,  33.      , -30.800001,  28.6     , -26.400002,
             24.2     , -10.      ,  -9.      ], dtype=float32)
-    >>> ops.ascend_dequant(np.array([[1, 3, -7]], np.int32), np.float32(0.1), dst_dtype="bfloat16")
-    array([[0.100098, 0.300781, -0.699219]], dtype=bfloat16)
+    >>> y = ops.ascend_dequant(np.array([[1, 3, -7]], np.int32), np.float32(0.1), dst_dtype="bfloat16")
+    >>> y.dtype.name, y.tolist()   # each value the bfloat16 nearest to i * 0.1
+    ('bfloat16', [[0.10009765625, 0.30078125, -0.69921875]])
     >>> ops.ascend_dequant(np.array([[10, 20], [30, 40]], np.int32), np.float32([0.5, 2]),
     ...                    dst_dtype="float32", policy="per_token")   # one scale per row
     array([[ 5., 10.],

@@ -444,11 +444,13 @@ class ProgressBar:
         self.enabled = enabled
         self.tty = self.stream.isatty()
         self.last = -1
+        self.total = 0
         self.started = time.monotonic()
 
     def show(self, done: int, total: int) -> None:
         if not self.enabled or total <= 0:
             return
+        self.total = total
         percent = int(100 * done / total)
         step = percent if self.tty else percent // 10 * 10
         if step == self.last:
@@ -459,6 +461,12 @@ class ProgressBar:
                 f"{time.monotonic() - self.started:.1f} s")
         self.stream.write(("\r" + text) if self.tty else text + "\n")
         self.stream.flush()
+
+    def finish(self) -> None:
+        """A successful run: the bar ends on 100% of the last total it was shown, however many
+        tasks it last saw finished (the scheduler may finish the rest between two polls)."""
+        if self.total > 0:
+            self.show(self.total, self.total)
 
     def close(self) -> None:
         if self.enabled and self.tty and self.last >= 0:
@@ -471,12 +479,11 @@ def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     from service import progress
 
     job = uuid.uuid4().hex
-    tracked, total = False, 0
     try:
-        total = client.run_on_scheduler(progress.start, key=future.key, job_id=job, callback_timeout=bound)
-        tracked = True
-        bar.show(0, total)
+        bar.show(0, client.run_on_scheduler(progress.start, key=future.key, job_id=job, callback_timeout=bound))
     except Exception:  # progress is a courtesy; the run goes on without it
+        # (a start that timed out here may still have begun tracking on the scheduler: the
+        # counts below then draw the bar, and the stop below removes the tracker)
         pass
     answered = time.monotonic()
     try:
@@ -491,14 +498,13 @@ def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
                     raise RunError(CLUSTER, f"the Dask scheduler has not answered for {patience:.0f} s "
                                             f"({type(error).__name__}: {error})") from None
             time.sleep(0.1)
-        if tracked and future.status == "finished":
-            bar.show(total, total)
+        if future.status == "finished":
+            bar.finish()
     finally:
-        if tracked:
-            try:
-                client.run_on_scheduler(progress.stop, job_id=job, callback_timeout=bound)
-            except Exception:
-                pass
+        try:
+            client.run_on_scheduler(progress.stop, job_id=job, callback_timeout=bound)
+        except Exception:
+            pass
     if future.status == "error":
         error = future.exception()
         if isinstance(error, (InvalidArgument, IndexError)):  # e.g. an index out of range (GatherNd)

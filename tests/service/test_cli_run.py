@@ -450,6 +450,49 @@ def test_a_frozen_scheduler_is_exit_4_not_a_hang(scheduler, tmp_path):
     assert not (tmp_path / "out.zarr").exists()
 
 
+class _SlowStartClient:
+    """A client whose scheduler began tracking the run, but whose answer to ``start`` came
+    too late (a busy machine): only the counts reach the bar, the last one short of done."""
+
+    def __init__(self, counts):
+        self.counts, self.calls = list(counts), []
+
+    def run_on_scheduler(self, function, **kwargs):
+        self.calls.append(function.__name__)
+        if function.__name__ == "start":
+            raise TimeoutError("start answered after its callback timeout")
+        if function.__name__ == "count":
+            return self.counts.pop(0) if self.counts else (11, 2)
+        return None
+
+
+class _FinishingFuture:
+    def __init__(self, polls: int):
+        self.polls, self.status, self.key = polls, "pending", "x"
+
+    def done(self) -> bool:
+        self.polls -= 1
+        if self.polls < 0:
+            self.status = "finished"
+        return self.polls < 0
+
+    def result(self):
+        return "stored"
+
+
+def test_the_progress_bar_of_a_successful_run_ends_on_100_percent(capsys):
+    """Even when the scheduler's answer to ``start`` times out and the last count seen is
+    9 of 11 (the old bar ended there), and the tracker is removed from the scheduler."""
+    client = _SlowStartClient([(11, 11), (11, 6), (11, 2)])
+    bar = batch.ProgressBar(enabled=True)
+    assert batch._wait(client, _FinishingFuture(polls=3), bar, patience=30, bound=5) == "stored"
+    lines = capsys.readouterr().err.splitlines()
+    assert re.search(r"\] +0% 0/11 tasks", lines[0]), lines
+    assert re.search(r"\] +81% 9/11 tasks", lines[-2]), lines
+    assert re.search(r"\[#{30}\] 100% 11/11 tasks", lines[-1]), lines
+    assert client.calls[-1] == "stop"
+
+
 # --- parsing (in process) -----------------------------------------------------------------------
 
 
