@@ -599,7 +599,9 @@ class ArrayStore:
         stored = to_stored(arr)
         ds = stored.to_dataset(name=variable)
         ds.attrs = dict(group_attrs or {})
-        encoding = {variable: {"chunks": chunks}} if stored.ndim else {}
+        # A zero-length axis has Dask blocks of length 0, and a Zarr chunk is at least 1 long
+        # (zarr 3.2 and newer refuse 0).
+        encoding = {variable: {"chunks": tuple(max(1, c) for c in chunks)}} if stored.ndim else {}
         with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
             return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
                               encoding=encoding)
