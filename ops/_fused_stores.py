@@ -19,8 +19,11 @@ whose result something takes whole, is left as it is.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import operator
+import threading
 from collections import defaultdict
 
 import dask
@@ -155,7 +158,9 @@ def _rewritten(graph, kept):
 
 
 def _optimize(dsk, keys, **kwargs):
-    """Dask's array optimization, after the rewrite."""
+    """Dask's array optimization, after the rewrite (in a thread inside ``fusing_stores``)."""
+    if not _FUSING.get():
+        return (_replaced or _array_optimize)(dsk, keys, **kwargs)
     new = _rewritten(dsk, set(flatten(keys)))
     return _array_optimize(dsk if new is None else new, keys, **kwargs)
 
@@ -168,6 +173,19 @@ def _fused_key(key, stores):
     return f"{key}-stored-{token}"
 
 
+# Whether the current thread (or task) is inside ``fusing_stores``. Dask's configuration is
+# process-wide, and ``dask.config.set`` contexts entered and left by concurrent threads (two
+# jobs of the service) restore each other's values out of order and can leave the rewrite on
+# for good: so the rewriting optimization stays installed while any thread is inside, and
+# rewrites only for the threads that asked for it.
+_FUSING = contextvars.ContextVar("chunked_tensor_ops_fusing_stores", default=False)
+_INSTALLED = threading.Lock()
+_inside = 0
+_replaced = None  # the array optimization installed before, if any
+_installed = None  # the dask.config.set that installed ours (left when the last thread leaves)
+
+
+@contextlib.contextmanager
 def fusing_stores():
     """A context in which Dask's array optimization lets registered multi-output tasks store
     their own blocks.
@@ -175,12 +193,12 @@ def fusing_stores():
     Dask optimizes a store graph when it is computed or persisted (``da.store(...,
     compute=False)``), and xarray's ``to_zarr(compute=False)`` optimizes its graph as it builds
     it: build or submit the graph inside the context. Graphs without such tasks are optimized
-    exactly as Dask does.
+    exactly as Dask does. The context holds for the thread that enters it only: other threads
+    keep Dask's own optimization meanwhile.
 
-    Returns
-    -------
-    dask.config.set
-        The context manager (Dask's configuration is process-wide while it is entered).
+    Yields
+    ------
+    None
 
     Examples
     --------
@@ -192,7 +210,21 @@ def fusing_stores():
     >>> with ops.fusing_stores():
     ...     da.store(y, z, lock=False)
     """
-    return dask.config.set(array_optimize=_optimize)
+    global _inside, _replaced, _installed
+    with _INSTALLED:
+        if _inside == 0:
+            _replaced = dask.config.get("array_optimize", None)
+            _installed = dask.config.set(array_optimize=_optimize)
+        _inside += 1
+    token = _FUSING.set(True)
+    try:
+        yield
+    finally:
+        _FUSING.reset(token)
+        with _INSTALLED:
+            _inside -= 1
+            if _inside == 0:
+                _installed.__exit__(None, None, None)
 
 
 def _functions(layer):

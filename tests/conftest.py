@@ -1,5 +1,10 @@
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Dask and JIT warm-up make the first examples slow; correctness, not speed, is tested here.
@@ -11,3 +16,35 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+# One fresh interpreter, shared by every test about what an import loads or starts: starting
+# one costs seconds here (importing ops alone loads xarray, pandas and dask), so the stages
+# run in a single process, each after the ones before it, as a user's session would.
+IMPORT_STAGES = {
+    "schemas": "import schemas",
+    "ops": "import ops, ops._coords, ops.gather_nd, xarray",
+    "service": "import service",
+    "service.app": "import service.app",
+    "first compiled call": "ops.depth_to_space(__import__('numpy').zeros((1, 2, 2, 4), 'float32'), 2)",
+}
+_PROBE = """
+import json, sys, threading
+stages = json.loads(sys.argv[1])
+seen = {}
+for name, statement in stages.items():
+    exec(statement)
+    seen[name] = {"modules": sorted(sys.modules), "threads": threading.active_count()}
+print(json.dumps(seen))
+"""
+
+
+@pytest.fixture(scope="session")
+def fresh_imports() -> dict[str, dict]:
+    """For each of ``IMPORT_STAGES``, run in order in a new interpreter: ``{"modules": set of
+    the modules loaded so far, "threads": threads running}``."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(IMPORT_STAGES)], capture_output=True,
+                         text=True, check=True, cwd=root, timeout=300)
+    return {name: {"modules": set(seen["modules"]), "threads": seen["threads"]}
+            for name, seen in json.loads(out.stdout).items()}

@@ -183,6 +183,7 @@ def healthcheck_code(test: list[str]) -> str:
 # --- compose: structure -------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_the_scheduler_port_is_never_published():
     name, argv = scheduler_service()
     port = int(option(argv, "--port") or 8786)

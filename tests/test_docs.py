@@ -58,6 +58,7 @@ def test_every_documented_session_runs(path):
 
 
 @pytest.mark.parametrize("name", OPERATORS)
+@pytest.mark.smoke
 def test_docstring_example_is_the_reference_example_and_runs(name):
     function = getattr(ops, name)
     example = _docstring_examples(function)

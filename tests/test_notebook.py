@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "quickstart.ipynb"
@@ -14,6 +15,7 @@ OPERATORS = ["depth_to_space", "space_to_depth", "space_to_batch", "space_to_bat
              "gather_nd", "ascend_dequant"]
 
 
+@pytest.mark.smoke
 def test_quickstart_runs_and_tells_the_truth(tmp_path):
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     started = time.perf_counter()

@@ -66,6 +66,7 @@ def test_operator_streams_within_the_workers_memory(results, name):
             f"limit {peak['limit'] / 2**20:.0f} MiB")
 
 
+@pytest.mark.smoke
 def test_a_wrong_output_block_is_caught(tmp_path):
     """The check is not a formality: one changed element of a stored output fails it."""
     import numpy as np

@@ -42,6 +42,7 @@ def _explode(*args, **kwargs):
 # --- registration and dims ------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_registered_and_stateless():
     arr = _image()
     accessor = arr.ops
@@ -60,6 +61,7 @@ def test_dims_recognised_by_name(dims):
     assert_same(arr.ops.depth_to_space(2).values, ops.depth_to_space(arr.values, 2))
 
 
+@pytest.mark.smoke
 def test_explicit_dims_override_names():
     arr = xr.DataArray(np.arange(32).reshape(2, 2, 2, 4), dims=("a", "b", "d", "e"))
     out = arr.ops.depth_to_space(2, dims={"N": "a", "H": "b", "W": "d", "C": "e"})

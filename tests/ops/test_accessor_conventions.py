@@ -105,6 +105,7 @@ def test_keep_attrs_follows_xarray(name, option):
         assert _user_attrs(CALLS[name](arr, keep_attrs=xarray_keeps)) == _user_attrs(out)
 
 
+@pytest.mark.smoke
 def test_keep_attrs_false_still_inverts_and_dataset_attrs():
     arr = _image()
     moved = arr.ops.space_to_batch_nd(y=2, x=2, keep_attrs=False)

@@ -51,6 +51,7 @@ def test_depth_block_sizes(block_size):
     refused(lambda: ops.space_to_depth(X4, block_size), rf"block_size must be {rule}, got {block_size}")
 
 
+@pytest.mark.smoke
 def test_depth_block_size_one():
     refused(lambda: ops.depth_to_space(X4, 1), r"block_size must be >= 2, got 1")
 

@@ -67,6 +67,7 @@ def test_integer_and_datetime_steps_are_exact():
     assert even_step(np.array(["a", "b"]))[1] == "its dtype <U1 is not numeric"
 
 
+@pytest.mark.smoke
 def test_refine_and_coarsen_by_cell_centres():
     # A 10 m pixel centred at c becomes four 5 m pixels centred at c -/+ 2.5.
     centres = np.array([1005.0, 1015.0, 1025.0])

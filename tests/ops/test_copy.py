@@ -46,6 +46,7 @@ def test_copy_matches_numpy(pair, compiled):
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.smoke
 def test_nan_payloads_and_odd_itemsizes_survive_either_path(compiled):
     bits = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000], np.uint32)
     dst = np.empty((2, 2), np.float32)

@@ -27,6 +27,7 @@ def test_spec_example_single_pixel():
     assert ops.depth_to_space(x, 2).tolist() == [[[[1], [2]], [[3], [4]]]]
 
 
+@pytest.mark.smoke
 def test_spec_example_two_by_two():
     x = np.arange(1, 17).reshape(1, 2, 2, 4)
     y = ops.depth_to_space(x, 2)
@@ -40,6 +41,7 @@ def test_seed_example_depth_twelve():
     assert ops.depth_to_space(x, 2).tolist() == [[[[1, 2, 3], [4, 5, 6]], [[7, 8, 9], [10, 11, 12]]]]
 
 
+@pytest.mark.smoke
 def test_crd_is_pixel_shuffle():
     # PyTorch pixel_shuffle (CRD), NCHW: channel c*4 + i*2 + j goes to (c, 2h+i, 2w+j).
     x = np.arange(8).reshape(1, 8, 1, 1)

@@ -36,6 +36,7 @@ SEED_SRC = np.arange(-16, 16, dtype=np.int32).reshape(4, 8)
 SEED_SCALE = np.array([2.2, -2.2, 2.2, -2.2, 2.2, -2.2, 0, 0], np.float32)
 
 
+@pytest.mark.smoke
 def test_seed_table():
     y = ops.ascend_dequant(SEED_SRC, SEED_SCALE, dst_dtype=np.float32, calc_count=6)
     printed = [[-35.2, 33.0, -30.8, 28.6, -26.4, 24.2, -10.0, -9.0],
@@ -55,6 +56,7 @@ def test_arithmetic_is_float32():
     assert np.float32(float(2**24 + 1) * 3.0) != 3 * 2**24
 
 
+@pytest.mark.smoke
 def test_bfloat16_seed_example_shape_and_uint64_scale():
     # The seed's first figure: int32 [4, 8], calc_count 4, bfloat16 out padded to n_dst = 16.
     src = SEED_SRC

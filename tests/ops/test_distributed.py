@@ -19,6 +19,7 @@ def client():
         yield client
 
 
+@pytest.mark.smoke
 def test_operators_on_a_cluster(client):
     rng = np.random.default_rng(0)
     image = rng.standard_normal((4, 8, 8, 16)).astype(np.float32)

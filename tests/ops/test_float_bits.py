@@ -31,6 +31,7 @@ def test_matches_numpy_bit_for_bit(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float16), bfloat16], ids=str)
+@pytest.mark.smoke
 def test_strided_views(dtype):
     values = np.linspace(-70000, 70000, 60, dtype=np.float32).reshape(6, 10)
     out = np.zeros((6, 20), dtype)

@@ -45,6 +45,7 @@ def _optimized_tasks(collection) -> dict:
     return convert_legacy_graph(tasks)
 
 
+@pytest.mark.smoke
 def test_bundles_store_their_own_blocks():
     data, x = _zarr_input()
     y = ops.batch_to_space_nd(x, *B2S)
@@ -234,3 +235,44 @@ def test_a_block_another_task_takes_is_kept_and_the_others_stored():
     assert_same(target.data, np.repeat(np.arange(3, dtype=np.int16), 2).reshape(3, 2))
     # Blocks 0 and 2 written as made; block 1 kept, and written by its own store task after.
     assert log.events == [("made", 0), ("stored", 0), ("made", 1), ("made", 2), ("stored", 2), ("stored", 1)]
+
+
+def test_concurrent_contexts_leave_dask_as_it_was_and_rewrite_only_for_their_thread():
+    """Two threads enter and leave in crossed order (two jobs of the service): Dask's
+    configuration ends as it began, and a third thread building a graph meanwhile gets Dask's
+    own optimization."""
+    import threading
+
+    _, x = _zarr_input()
+    stored = da.store(ops.batch_to_space_nd(x, *B2S), _target(ops.batch_to_space_nd(x, *B2S)), lock=False,
+                      compute=False)
+    before = dask.config.get("array_optimize", "absent")
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with ops.fusing_stores():
+            first_in.set()
+            second_in.wait(10)
+            seen["first"] = len(stores_as_made(_optimized_tasks(stored)))
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with ops.fusing_stores():
+            second_in.set()
+            first_out.wait(10)  # the first thread left while this one is inside
+            seen["second"] = len(stores_as_made(_optimized_tasks(stored)))
+
+    def outsider():
+        second_in.wait(10)
+        seen["outsider"] = len(stores_as_made(_optimized_tasks(stored)))
+
+    threads = [threading.Thread(target=f) for f in (first, second, outsider)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert seen == {"first": 4, "second": 4, "outsider": 0}
+    assert dask.config.get("array_optimize", "absent") == before
+    assert not stores_as_made(_optimized_tasks(stored))

@@ -40,6 +40,7 @@ P3 = np.array([[[0, 1], [2, 3]], [[4, 5], [6, 7]]])
     ],
 )
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.smoke
 def test_spec_examples(params, indices, batch_dims, expected, index_dtype):
     indices = np.array(indices, index_dtype)
     assert ops.gather_nd(params, indices, batch_dims=batch_dims).tolist() == expected
@@ -54,6 +55,7 @@ def test_big_endian_indices_and_params():
     assert ops.gather_nd(params, np.array([[0, 1], [1, 0]], ">i4")).tolist() == [[2, 3], [4, 5]]
 
 
+@pytest.mark.smoke
 def test_negative_indices_count_from_the_end():
     assert ops.gather_nd(P2, np.array([[-1, -2], [-2, -1]])).tolist() == [2, 1]
     assert ops.gather_nd(P3, np.array([[-1]]), batch_dims=0).tolist() == [[[4, 5], [6, 7]]]

@@ -45,6 +45,7 @@ def test_groups_cut_each_group_alike():
     assert _chunks.groups((2, 4, 6), 4, 3) == (4, 4, 4)
 
 
+@pytest.mark.smoke
 def test_depth_to_space_plan():
     chunks = ((1, 1), (2, 3), (4,), (4, 4))
     assert depth_to_space_chunks(chunks, 2, "NHWC", "DCR") == (

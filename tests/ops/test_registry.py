@@ -31,6 +31,7 @@ def test_entry_matches_the_function_signature(name):
     assert sorted(parameters[len(op.array_inputs):]) == sorted(op.keywords)
 
 
+@pytest.mark.smoke
 def test_apply_by_name_equals_the_plain_function_and_keeps_coordinates():
     x = np.arange(2 * 2 * 2 * 8, dtype=np.float32).reshape(2, 2, 2, 8)
     labelled = xr.DataArray(x, dims=("time", "y", "x", "band"), coords={"y": [0.0, 10.0], "x": [0.0, 10.0]},

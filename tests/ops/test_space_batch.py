@@ -26,6 +26,7 @@ def test_seed_example_shape():
     assert_same(y[1], x[0, 0::2, 1::2])
 
 
+@pytest.mark.smoke
 def test_tensorflow_doc_examples():
     # tf.space_to_batch_nd documentation, examples (1) and (4).
     x = np.array([[[[1], [2]], [[3], [4]]]])
@@ -50,6 +51,7 @@ def test_space_to_batch_seed_formula_every_dtype(dtype, paddings):
     assert_same(compute(ops.space_to_batch(da.from_array(x, chunks=(1, 3, 2, 2)), 2, paddings)), expected)
 
 
+@pytest.mark.smoke
 def test_space_to_batch_equals_nd_form():
     x = random_array(np.random.default_rng(2), (3, 5, 7, 2), np.float32)
     p = np.array([1, 0, 3, 2])

@@ -50,6 +50,7 @@ def test_every_route_but_landing_and_health_needs_the_token(guarded):
     assert {"/openapi.json", "/docs", "/processes", "/jobs", "/arrays"} <= seen
 
 
+@pytest.mark.smoke
 def test_the_right_token_opens_them(guarded):
     auth = {"Authorization": f"Bearer {TOKEN}"}
     assert guarded.get("/openapi.json", headers=auth).json()["paths"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from service.cli import _serve_parser, settings_from
 from service.settings import Settings
 
@@ -15,6 +17,7 @@ def _parse(argv):
     return _serve_parser(argparse.ArgumentParser()).parse_args(argv)
 
 
+@pytest.mark.smoke
 def test_environment_variables_set_every_setting_and_flags_win(monkeypatch, tmp_path):
     monkeypatch.setenv("CHUNKED_TENSOR_OPS_PORT", "9001")
     monkeypatch.setenv("CHUNKED_TENSOR_OPS_SCHEDULER", "tcp://127.0.0.1:8786")

@@ -404,6 +404,7 @@ def scheduler(tmp_path_factory):
         yield address, procs[0]
 
 
+@pytest.mark.smoke
 def test_existing_scheduler_and_overwrite(scheduler, inputs, tmp_path):
     scheduler, _ = scheduler
     out, existing = tmp_path / "d2s.zarr", tmp_path / "existing.zarr"
@@ -480,6 +481,7 @@ class _FinishingFuture:
         return "stored"
 
 
+@pytest.mark.smoke
 def test_the_progress_bar_of_a_successful_run_ends_on_100_percent(capsys):
     """Even when the scheduler's answer to ``start`` times out and the last count seen is
     9 of 11 (the old bar ended there), and the tracker is removed from the scheduler."""

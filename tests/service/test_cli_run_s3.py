@@ -120,6 +120,7 @@ def test_s3_to_s3_matches_the_numpy_kernel(s3_env, bucket, workspace, capfd, clu
     assert not [p for p in objects(bucket, workspace) if "/." in p]
 
 
+@pytest.mark.smoke
 def test_local_and_s3_mixed(s3_env, bucket, workspace, tmp_path, capsys):
     source = put_array(s3_env, f"{workspace}/image.zarr", IMAGE, (1, 4, 4, 16))
     code, _, err = main(capsys, "space_to_depth", "--input", source, "--param", "block_size=2",

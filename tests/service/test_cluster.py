@@ -188,6 +188,7 @@ def bounded(seconds: float):
 # --- tests ------------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_healthz_reports_the_external_cluster(api, dask_cluster):
     address, _ = dask_cluster
     response = api.get("/healthz")
@@ -201,6 +202,7 @@ def test_healthz_reports_the_external_cluster(api, dask_cluster):
     assert "error" not in cluster or cluster["error"] is None
 
 
+@pytest.mark.smoke
 def test_zarr_to_zarr_job_with_progress(api):
     x = np.random.default_rng(1).standard_normal((1, 512, 512, 16), dtype=np.float32)  # 16 MiB
     info = upload(api, "progress-x", x)

@@ -190,6 +190,7 @@ def leftovers(store: ArrayStore) -> list[str]:
     return sorted(p.name for p in store.tmp.iterdir())
 
 
+@pytest.mark.smoke
 def test_overwrite_swaps_in_one_step(store, monkeypatch):
     """On Linux the replacement is one renameat2(RENAME_EXCHANGE): the name is never absent."""
     if not sys.platform.startswith("linux"):
@@ -338,6 +339,7 @@ def test_inputs_are_opened_read_only(store, monkeypatch):
 
 # --- the service: a job cannot modify its input; failed jobs leave nothing --------------------
 
+@pytest.mark.smoke
 def test_jobs_cannot_modify_their_inputs(client, service_root):
     rng = np.random.default_rng(11)
     x = rng.integers(-100, 100, size=(2, 8, 8, 8), dtype=np.int16)

@@ -248,6 +248,7 @@ def zarr_url(url: str, name: str) -> str:
 
 # --- OWSLib -------------------------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_owslib_landing_conformance_and_api(url):
     p = Processes(url)
     rels = {link["rel"]: link for link in p.links}
@@ -293,6 +294,7 @@ def test_owslib_sync_execute_document(url):
     assert_same_bytes(decode_value(document["result"]), ops.depth_to_space(x, 2, mode="CRD"))
 
 
+@pytest.mark.smoke
 def test_owslib_async_execute_and_job(url):
     rng = np.random.default_rng(2)
     x = rng.integers(-1000, 1000, size=(2, 4, 6, 12), dtype=np.int16)

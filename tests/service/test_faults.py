@@ -408,7 +408,7 @@ def test_the_scheduler_frozen_or_gone_is_503_then_recovered(healthy, tmp_path):
     scheduler on the same port: 503s within bounded time, never a hang, and then recovery."""
     cluster = healthy
     x = np.random.default_rng(5).standard_normal((2, 8, 8, 16), dtype=np.float32)
-    with service_app(tmp_path, cluster.address, scheduler_timeout=2) as api:
+    with service_app(tmp_path, cluster.address, scheduler_timeout=3) as api:
         upload(api, "sched-x", x, chunks="1,4,4,16")
         assert api.get("/healthz").status_code == 200
         inputs, _ = gather_inputs(api, 400_000, 10_000, "frozen")  # 40 blocks of 5 MiB
@@ -490,6 +490,7 @@ def fill(path: Path) -> None:
     assert full.value.errno == errno.ENOSPC
 
 
+@pytest.mark.smoke
 def test_disk_full_mid_job_and_mid_upload(healthy, small_disk):
     """A job, then an upload, that fill the disk: each fails naming the error, leaves nothing
     half-written, and earlier arrays stay intact."""

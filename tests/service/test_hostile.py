@@ -451,6 +451,7 @@ def test_npy_inline(env, case, body, status, needles):
     hostile(env, send, status, *needles, type_=INVALID if status == 400 else TOO_LARGE)
 
 
+@pytest.mark.smoke
 def test_npy_over_the_limit_with_content_length_is_refused_unread(env):
     header = npy_raw(_header(descr="'|u1'", shape=f"({GiB},)"))
     got = None

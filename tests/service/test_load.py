@@ -47,6 +47,7 @@ def _settled(pid: int, baseline: dict) -> dict:
         time.sleep(0.25)
 
 
+@pytest.mark.smoke
 def test_load(server):
     pid = server.proc.pid
     started = time.monotonic()

@@ -70,6 +70,7 @@ def test_round_trip_every_dtype(dtype, shape):
 
 
 @pytest.mark.parametrize("dtype", MULTIBYTE, ids=ids)
+@pytest.mark.smoke
 def test_round_trip_big_endian(dtype):
     big = dtype.newbyteorder(">")
     array = random_array(np.random.default_rng(1), (3, 4), big)

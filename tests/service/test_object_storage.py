@@ -218,6 +218,7 @@ def versions(bucket) -> set[str]:
 
 # --- uploads and downloads ----------------------------------------------------------------
 
+@pytest.mark.smoke
 def test_npy_upload_and_download_byte_for_byte(client, bucket):
     x = np.random.default_rng(1).standard_normal((6, 40, 30, 8), dtype=np.float32)  # 230 KiB: 4+ chunks
     info = put(client, "s3_npy", x)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from ops import registry
 from service.app import create_app
 
 
+@pytest.mark.smoke
 def test_execute_inputs_are_the_params_models_of_every_operator():
     document = create_app().openapi()
     body = document["paths"]["/processes/{process_id}/execution"]["post"]["requestBody"]

@@ -173,6 +173,7 @@ def small(small_root):
 # 1. landing page, conformance, processes
 
 
+@pytest.mark.smoke
 def test_landing_page_links(client):
     response = client.get("/")
     assert response.status_code == 200
@@ -787,6 +788,7 @@ def test_zero_d_and_zero_sized(client, shape):
     assert_same(back, x)
 
 
+@pytest.mark.smoke
 def test_zero_sized_through_an_operator(client):
     x = np.zeros((0, 4, 4, 8), np.float32)
     check_inline(client, "depth_to_space", {"x": x}, {"block_size": 2})

@@ -47,6 +47,7 @@ def live(client):
     return fuzzing.Started(client.app)
 
 
+@pytest.mark.smoke
 def test_the_fuzzed_document_is_the_served_one(client):
     served = client.get("/openapi.json")
     assert served.status_code == 200

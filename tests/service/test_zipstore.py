@@ -164,6 +164,7 @@ def upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Upload:
 
 
 @pytest.mark.parametrize("layout", ["flat", "folder", "make_archive"])
+@pytest.mark.smoke
 def test_round_trip(upload: Upload, store: Path, layout: str) -> None:
     if layout == "make_archive":  # with folder entries, as `zip -r` makes them
         made = shutil.make_archive(str(upload.tmp / "upload"), "zip", store.parent, TOP)
