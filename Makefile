@@ -13,7 +13,10 @@ STAMP := $(VENV)/.installed
 LOCK := requirements/lock.txt
 UV_VERSION := 0.13.9
 SUPPORTED := 3.11 3.12 3.13
-PYTEST := -m pytest -q --durations=20
+# Test modules are spread over JOBS processes, each module whole in one of them (its
+# module-scoped servers and clusters start once).
+JOBS ?= 2
+PYTEST := -m pytest -q --durations=20 -n $(JOBS) --dist loadfile
 
 .PHONY: serve demo test test-smoke test-latest test-oldest test-matrix lock bench bench-service \
         bench-load bench-out-of-core fuzz clean

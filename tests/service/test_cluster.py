@@ -138,7 +138,7 @@ def submit(api: TestClient, process: str, inputs: dict, result_name: str | None 
     return job_id
 
 
-def wait_job(api: TestClient, job_id: str, timeout: float = 30.0, every: float = 0.05):
+def wait_job(api: TestClient, job_id: str, timeout: float = 120.0, every: float = 0.05):
     """Poll the job until it is final; return (final statusInfo, every progress value seen)."""
     seen = []
     deadline = time.monotonic() + timeout

@@ -473,7 +473,7 @@ def small_disk(tmp_path):
             subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def wait_job_thread(api, job_id: str, timeout: float = 30.0) -> dict:
+def wait_job_thread(api, job_id: str, timeout: float = 120.0) -> dict:
     """Wait until the service's job thread has ended (it records the final status last), then
     read the status once. (Polling it while the disk is full is test_job_records_on_a_full_disk.)"""
     running = api.app.state.services.executor._running

@@ -141,7 +141,7 @@ def execute(client, process: str, inputs: dict, *, mode: str = "value", response
     return client.post(f"/processes/{process}/execution", json=body, headers=headers or {})
 
 
-def wait_job(client, job_id: str, timeout: float = 30.0) -> dict:
+def wait_job(client, job_id: str, timeout: float = 120.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         response = client.get(f"/jobs/{job_id}")
