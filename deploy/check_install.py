@@ -1,8 +1,9 @@
 """Build what the image builds, without Docker, and run the compose stack from it.
 
 1. The build context as ``.dockerignore`` leaves it is copied to a temporary directory.
-2. ``pip install .`` of that context goes into a new virtual environment (Python 3.11, no test
-   extras), as ``deploy/Dockerfile`` does into ``/opt/venv``; ``deploy/bin`` is copied next to it.
+2. ``pip install --constraint=requirements/lock.txt .`` of that context goes into a new virtual
+   environment (Python 3.11, no test extras), as ``deploy/Dockerfile`` does into ``/opt/venv``;
+   ``deploy/bin`` is copied next to it.
 3. ``tests/test_deploy.py``'s process tests start the compose commands from that environment
    (``DEPLOY_TEST_BIN``) and run a job through them.
 
@@ -58,7 +59,8 @@ def main() -> int:
     try:
         print(f"build context: {copy_context(context)} files -> {context}", flush=True)
         subprocess.run([args.python, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "."], cwd=context, check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--constraint=requirements/lock.txt", "."],
+                       cwd=context, check=True)
         for shim in (context / "deploy" / "bin").iterdir():
             shutil.copy2(shim, venv / "bin" / shim.name)
         print(f"installed into {venv}; running the compose commands from it", flush=True)

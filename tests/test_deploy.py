@@ -404,10 +404,10 @@ def test_the_image_answers_to_the_dask_script_names_of_the_helm_chart_and_the_op
 
 
 def test_the_build_context_leaves_out_what_the_image_must_not_carry():
-    for path in (".venv/bin/python", ".git/HEAD", "data/jobs.sqlite", "tests/test_deploy.py",
+    for path in (".venv/bin/python", ".venv-3.12/bin/python", ".git/HEAD", "data/jobs.sqlite", "tests/test_deploy.py",
                  "ops/__pycache__/x.pyc", "deploy/compose.yaml"):
         assert dockerignored(path), path
-    for path in ("pyproject.toml", "README.md", "ops/__init__.py", "service/cli.py", "schemas/__init__.py"):
+    for path in ("pyproject.toml", "requirements/lock.txt", "README.md", "ops/__init__.py", "service/cli.py", "schemas/__init__.py"):
         assert not dockerignored(path), path
 
 
