@@ -416,15 +416,15 @@ class Executor:
         control = self._running.get(job_id)
         dismissed = control.dismissed if control is not None else None
         bound = self.cluster.settings.scheduler_timeout
-        tracked = False
         answered = time.monotonic()
         try:
             try:
                 client.run_on_scheduler(progress.start, key=future.key, job_id=job_id, callback_timeout=bound)
-                tracked = True
                 answered = time.monotonic()
             except Exception as error:  # progress is a courtesy; the job goes on without it
-                log.warning("no progress for job %s: %s", job_id, error)
+                # (a start that timed out here may still have begun tracking on a busy scheduler:
+                # the counts below then record progress, and the stop below removes the tracker)
+                log.warning("no progress for job %s yet: %s", job_id, error)
             last = -1
             finished = threading.Event()  # wakes the loop at once when the result is ready
             future.add_done_callback(lambda _: finished.set())
@@ -444,16 +444,15 @@ class Executor:
                         raise ClusterUnavailable(
                             f"the Dask scheduler has not answered for {silent:.0f} s ({type(error).__name__}: "
                             f"{error}); the job was given up") from None
-                if tracked:
-                    if counts:
-                        total, left = counts
-                        percent = min(99, int(100 * (total - left) / max(total, 1)))
-                        if percent != last:
-                            try:
-                                self.records.update(job_id, progress=percent)
-                                last = percent
-                            except Exception as error:  # e.g. the disk is full: the job goes on
-                                log.warning("job %s: progress not recorded: %s", job_id, error)
+                if counts:
+                    total, left = counts
+                    percent = min(99, int(100 * (total - left) / max(total, 1)))
+                    if percent != last:
+                        try:
+                            self.records.update(job_id, progress=percent)
+                            last = percent
+                        except Exception as error:  # e.g. the disk is full: the job goes on
+                            log.warning("job %s: progress not recorded: %s", job_id, error)
                 finished.wait(POLL_SECONDS)
             if future.status == "error":
                 error = future.exception()
@@ -472,11 +471,10 @@ class Executor:
         except (OSError, TimeoutError) as error:
             raise ClusterUnavailable(f"lost the Dask cluster: {error}") from None
         finally:
-            if tracked:
-                try:
-                    client.run_on_scheduler(progress.stop, job_id=job_id, callback_timeout=bound)
-                except Exception:
-                    pass
+            try:
+                client.run_on_scheduler(progress.stop, job_id=job_id, callback_timeout=bound)
+            except Exception:
+                pass
             given_up = future.status == "pending" and client.status == "running"  # an error here
             if future.status == "error" or given_up or (dismissed is not None and dismissed.is_set()):
                 # failed, dismissed or given up on: stop the job's other tasks before its output

@@ -513,6 +513,31 @@ def test_the_progress_bar_of_a_successful_run_ends_on_100_percent(capsys):
     assert client.calls[-1] == "stop"
 
 
+class _DoneCallbackFuture(_FinishingFuture):
+    def add_done_callback(self, callback) -> None:
+        pass
+
+
+def test_a_service_job_records_progress_when_the_start_answered_late():
+    """The service's job executor, with the same late answer: its record gets the counts'
+    progress (before, it stayed at 0 until the end), and the tracker is removed."""
+    from types import SimpleNamespace
+
+    from service.execution import Executor
+
+    recorded = []
+    executor = SimpleNamespace(
+        _running={}, records=SimpleNamespace(update=lambda job, progress: recorded.append(progress)),
+        cluster=SimpleNamespace(settings=SimpleNamespace(scheduler_timeout=5), patience=15))
+    client = _SlowStartClient([(11, 11), (11, 6), (11, 2)])
+    client.status = "running"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("service.execution.POLL_SECONDS", 0.01)
+        assert Executor._wait(executor, "job", client, _DoneCallbackFuture(polls=3)) == "stored"
+    assert recorded == [0, 45, 81]
+    assert client.calls[-1] == "stop"
+
+
 # --- parsing (in process) -----------------------------------------------------------------------
 
 
