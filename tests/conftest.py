@@ -17,6 +17,21 @@ settings.register_profile(
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# The modules that take longest (servers, clusters and processes they start), first: `make
+# test` hands whole modules to its processes in this order, and a long one handed out last
+# would run alone at the end.
+SLOW_FIRST = [
+    "tests/service/test_faults.py", "tests/service/test_e2e_http.py", "tests/service/test_data_safety.py",
+    "tests/service/test_cli_run.py", "tests/test_out_of_core.py", "tests/service/test_object_storage.py",
+    "tests/service/test_cli_run_s3.py", "tests/test_deploy.py", "tests/service/test_cluster.py",
+    "tests/service/test_load.py", "tests/service/test_routes.py", "tests/ops/test_copy.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: k for k, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
+
 
 # One fresh interpreter, shared by every test about what an import loads or starts: starting
 # one costs seconds here (importing ops alone loads xarray, pandas and dask), so the stages

@@ -429,10 +429,11 @@ def test_existing_scheduler_and_overwrite(scheduler, inputs, tmp_path):
     xr.Dataset({"image": (("n", "y", "x", "c"), IMAGE)}).to_zarr(existing, zarr_format=3)
     scene = str(inputs / "scene.zarr")
     fresh, replaced = run_all([
+        # (a scheduler on a busy test machine may take more than the default 5 s to answer)
         command("depth_to_space", "--input", scene, "--variable", "image", "--param", "block_size=2",
-                "--param", "mode=CRD", "--output", str(out), "--scheduler", scheduler),
+                "--param", "mode=CRD", "--output", str(out), "--scheduler", scheduler, "--scheduler-timeout", "30"),
         command("space_to_depth", "--input", scene, "--variable", "image", "--param", "block_size=2",
-                "--output", str(existing), "--scheduler", scheduler, "--overwrite"),
+                "--output", str(existing), "--scheduler", scheduler, "--overwrite", "--scheduler-timeout", "30"),
     ], tmp_path)
     assert fresh.returncode == 0, fresh.stderr
     assert re.search(r"100% (\d+)/\1 tasks", fresh.stderr), fresh.stderr
