@@ -43,9 +43,9 @@ from tests.service.test_cluster import (DASK, REPO, _free_port, assert_bit_exact
 CLUSTER_UNAVAILABLE = "https://chunked-tensor-ops.readthedocs.io/exceptions/cluster-unavailable"
 INSUFFICIENT_STORAGE = "https://chunked-tensor-ops.readthedocs.io/exceptions/insufficient-storage"
 FINAL = ("successful", "failed", "dismissed")
-# The scheduler's limit of workers that may die running one task (Dask's default is 3): 1
-# fails a job whose workers are all killed after two rounds, each of which costs the workers'
-# restarts, and still lets a job survive one killed worker.
+# The scheduler's limit of workers that may die running one task (Dask's default is 3): with 1,
+# a job whose workers are all killed fails after one or two rounds of kills (each round costs
+# the workers' restarts) instead of four, and a job still survives one killed worker.
 ALLOWED_FAILURES = 1
 
 
