@@ -93,8 +93,25 @@ class Server:
             return "<no log>"
 
 
-def start_server(root: Path, log: Path) -> Server:
-    """Start the service on a free port of 127.0.0.1 and wait (bounded) for ``/healthz`` 200."""
+def start_server(root: Path, log: Path, attempts: int = 3) -> Server:
+    """Start the service on a free port of 127.0.0.1 and wait (bounded) for ``/healthz`` 200.
+
+    The port is free when chosen, but the service's embedded Dask cluster binds ports of its
+    own before uvicorn binds this one, and may take it: uvicorn then exits with 3 ("address
+    already in use"), and the service is started again on another port."""
+    for attempt in range(attempts):
+        try:
+            return _start_server_once(root, log)
+        except _PortTaken:
+            if attempt == attempts - 1:
+                raise
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _start_server_once(root: Path, log: Path) -> Server:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHUNKED_TENSOR_OPS_")}
     env["DASK_TEMPORARY_DIRECTORY"] = str(root.parent)
@@ -113,6 +130,8 @@ def start_server(root: Path, log: Path) -> Server:
     last = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if proc.returncode == 3 and "address already in use" in server.log_tail(10**7).lower():
+                raise _PortTaken(port)
             pytest.fail(f"the service exited with {proc.returncode} while starting:\n{server.log_tail()}")
         try:
             answer = requests.get(f"{server.url}/healthz", timeout=5)
