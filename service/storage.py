@@ -471,7 +471,7 @@ class ArrayStore:
         meta = found.meta
         attrs = {**found.group_attrs, **meta.get("attributes", {})}
         dtype = attrs.pop(DTYPE_ATTR, None) or meta["data_type"]
-        if dtype == "int8" and attrs.get("dtype") == "bool":  # xarray before 2026.9 stores bool so
+        if dtype == "int8" and attrs.get("dtype") == "bool":  # how xarray before 2026.9 stores bool
             dtype = attrs.pop("dtype")
         for internal in ("_FillValue", "coordinates"):  # xarray's encoding, not the user's attrs
             attrs.pop(internal, None)
