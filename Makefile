@@ -5,6 +5,11 @@
 # it. `make test-latest` and `make test-oldest` try the newest releases and the lowest
 # versions pyproject.toml allows.
 
+# Every Python started from here (the tests' servers, workers and command-line runs too) keeps
+# the bytecode it compiles: with PYTHONDONTWRITEBYTECODE set, as some machines set it, each new
+# process compiles dask, xarray and pandas again, which doubled the cost of starting one.
+unexport PYTHONDONTWRITEBYTECODE
+
 # python3 when it is 3.11-3.13, else the newest of those found on PATH or through pyenv
 PYTHON ?= $(shell tools/find-python)
 VENV := .venv
