@@ -561,7 +561,7 @@ def check_gather_nd(arrays, y, pool):
 
 
 def check_dequant(arrays, y, pool):
-    """Against the plain NumPy expression ``dst(f32(src) * f32(scale))`` (SPEC: the product in
+    """Against the plain NumPy expression ``dst(f32(src) * f32(scale))`` (as documented: the product in
     float32, rounded once to float16), not the operator's own compiled kernel."""
     src, scale = arrays["src"], deq_scale()
     factor = (scale & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)  # the low 32 bits

@@ -4,7 +4,7 @@ Both operators are one permutation of the same elements, read in opposite direct
 kernel writes it as two views with equal shapes, one of the depth-side array and one of the
 space-side array (``_paired_views``), and copies one onto the other with ``copy_into``.
 
-Chunk plan (DESIGN.md): each output block comes from exactly one input block.
+Chunk plan: each output block comes from exactly one input block.
 - DepthToSpace: batch/H/W keep their chunks and output H/W chunks are the input's times
   block_size. Channels: DCR needs every channel of a pixel together (one chunk); CRD only
   needs whole groups of block_size**2 channels, so its channel chunks are aligned to that.

@@ -32,7 +32,7 @@ from schemas import AscendDequantParams
 F32 = np.dtype(np.float32)
 _DST = {"float16": np.dtype(np.float16), "bfloat16": dtypes.bfloat16, "float32": F32}
 
-# Supported combinations (SPEC.md). Classic: (dst, scale) for vector and scalar scales.
+# Supported combinations (docs/operators.md lists them). Classic: (dst, scale) for vector and scalar scales.
 CLASSIC_VECTOR = [("float16", "uint64"), ("float32", "float32"), ("float32", "bfloat16"),
                   ("bfloat16", "bfloat16"), ("bfloat16", "float32")]
 CLASSIC_SCALAR = [("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "bfloat16"),

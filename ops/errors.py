@@ -2,7 +2,7 @@
 
 
 class InvalidArgument(ValueError):
-    """An argument breaks a rule of SPEC.md.
+    """An argument breaks one of an operator's rules (docs/operators.md lists them).
 
     The message names the parameter, the rule and the offending value, e.g.
     ``block_size must be >= 2, got 1``. Raised before any work is scheduled.

@@ -9,7 +9,7 @@ transpose of both arrays, so each kernel is a few ``copy_into`` calls over views
 (``_pairs``); padding is never materialised (the batch side starts as zeros) and cropped rows
 are never read.
 
-Chunk plans (DESIGN.md):
+Chunk plans:
 - SpaceToBatchND: the input keeps its chunks; no rechunk, however the padding falls. The
   output's spatial chunks are regular (max input chunk // b rows, times the merged blocks
   below on the first axis: a Zarr store needs regular chunks), so an output block reads the

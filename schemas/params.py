@@ -1,4 +1,4 @@
-"""Operator parameter models (SPEC.md): ranges and enums, nothing that needs the input's shape.
+"""Operator parameter models: ranges and enums, nothing that needs the input's shape.
 
 Integers are strict (no bools, floats or numeric strings) and bounded to int64, since the
 reference operators take int32/int64 tensors.

@@ -133,7 +133,7 @@ def _inline_npy(name: str, value: dict, limit: int) -> np.ndarray:
 def _refused_dtype_standin(raw: bytes):
     """For an NPY with a well-formed header naming a dtype no operator takes (object,
     strings, ...): a never-allocated Dask stand-in of that dtype and shape, so that the
-    operator refuses it with the message it gives for the same call (API.md). The data (a
+    operator refuses it with the message it gives for the same call. The data (a
     pickle, for objects) is never read. None for any other NPY error."""
     try:
         stream = io.BytesIO(raw)

@@ -1,4 +1,4 @@
-"""An independent oracle: SPEC.md's index formulas evaluated literally with index arrays.
+"""An independent oracle: the operators' index formulas (docs/operators.md) evaluated literally with index arrays.
 
 Nothing here shares code with ``ops``; fancy indexing copies elements exactly for every dtype.
 """
@@ -126,7 +126,7 @@ def gather_nd(params, indices, batch_dims=0):
 
 @np.errstate(over="ignore", invalid="ignore")
 def dequant(src, scale, dst, calc_count=None, policy=None, group_size=None, k_dim=1):
-    """The plain expression (src.astype(f32) * scale).astype(dst), with SPEC's masks."""
+    """The plain expression (src.astype(f32) * scale).astype(dst), with the operator's documented masks."""
     src = np.atleast_2d(src)
     m, n = src.shape
     scale = np.asarray(scale)

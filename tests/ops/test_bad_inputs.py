@@ -1,4 +1,4 @@
-"""SPEC's list of bad inputs: each refused with InvalidArgument naming parameter, rule and
+"""The documented bad inputs: each refused with InvalidArgument naming parameter, rule and
 value, before any work, quickly and without a large allocation."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""DepthToSpace / SpaceToDepth against SPEC's examples, ONNX's reference evaluator, the
-literal SPEC formulas, and as Dask graphs against the NumPy path."""
+"""DepthToSpace / SpaceToDepth against the documented worked examples, ONNX's reference
+evaluator, the literal index formulas (docs/operators.md), and as Dask graphs against the
+NumPy path."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ FORMATS = ["NHWC", "NCHW", "NCHW_VECT_C"]
 MODES = ["DCR", "CRD"]
 
 
-# --- SPEC's worked examples -------------------------------------------------------------------
+# --- The documented worked examples -------------------------------------------------------------------
 
 
 def test_spec_example_single_pixel():
@@ -85,7 +86,7 @@ def test_space_to_depth_matches_onnx(bs):
     assert_same(ops.space_to_depth(x, bs, data_format="NCHW"), expected)
 
 
-# --- The SPEC formulas, every dtype, format and mode --------------------------------------------
+# --- The index formulas, every dtype, format and mode --------------------------------------------
 
 
 def _depth_input(rng, data_format, n, h, w, c, dtype):

@@ -70,7 +70,7 @@ def test_bfloat16_seed_example_shape_and_uint64_scale():
 
 
 def test_single_row_reads_one_row_as_many():
-    # SPEC/seed: {1, 16, 8} with float dst is computed as {2, 8, 8}: every element is scaled.
+    # As documented: {1, 16, 8} with float dst is computed as {2, 8, 8}: every element is scaled.
     src = np.arange(16, dtype=np.int32)
     scale = np.arange(1, 9, dtype=np.float32)
     single = ops.ascend_dequant(src, scale, dst_dtype="float32", calc_count=8)

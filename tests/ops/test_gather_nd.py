@@ -1,4 +1,4 @@
-"""GatherNd against SPEC's examples, ONNX's reference evaluator and a tuple-at-a-time
+"""GatherNd against the documented examples, ONNX's reference evaluator and a tuple-at-a-time
 reference; the three Dask plans against the NumPy path; index errors; sparse graphs."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ P2 = np.array([[0, 1], [2, 3]])
 P3 = np.array([[[0, 1], [2, 3]], [[4, 5], [6, 7]]])
 
 
-# --- SPEC's examples --------------------------------------------------------------------------
+# --- The documented examples --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""SpaceToBatch(ND) / BatchToSpaceND against the seed's 4-D formula, the literal SPEC
+"""SpaceToBatch(ND) / BatchToSpaceND against the seed's 4-D formula, the literal documented
 formulas, and as Dask graphs against the NumPy path."""
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def load_schema(settings: Settings | None = None, config: SchemathesisConfig | N
 
 # --- positive_data_acceptance -----------------------------------------------------------
 # The check says: a request that the document calls valid must not be refused with 400, 413,
-# 415, 416 or 422. For the operations below the contract itself (API.md, docs/api.md: "400
+# 415, 416 or 422. For the operations below the contract itself (docs/api.md: "400
 # for bad parameters or shapes") refuses some schema-valid requests, for reasons that JSON
 # Schema cannot state, so the check cannot hold there and is not run there; every other check
 # is. Elsewhere it runs, and the document's constraints are what made it pass: the array

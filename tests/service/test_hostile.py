@@ -416,7 +416,7 @@ def test_npy_put(env, body, status, needles):
 
 
 # Well-formed NPYs of a dtype no operator takes: an inline input gets the operator's own
-# refusal for an array of that dtype and shape (API.md), its data (a pickle) never read.
+# refusal for an array of that dtype and shape (as docs/api.md promises), its data (a pickle) never read.
 _OPS_REFUSES = {
     "pickle": (object, (1, 1, 3, 1)),
     "descr-U0": ("<U0", (1, 2, 2, 4)),

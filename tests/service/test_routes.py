@@ -1,4 +1,4 @@
-"""Route-level tests of the service through FastAPI's TestClient (API.md is the contract).
+"""Route-level tests of the service through FastAPI's TestClient (docs/api.md is the contract).
 
 Every result is compared bit for bit with the ``ops`` NumPy path on the same input, and every
 400 for a bad parameter carries exactly the message the ``ops`` function raises for the same
