@@ -17,6 +17,7 @@ import numpy as np
 import xarray as xr
 
 from ops._validate import INT64_MAX, _is_integer
+from ops.dims import layout_of
 from ops.errors import InvalidArgument
 
 HISTORY = "ops_history"
@@ -230,18 +231,6 @@ def describe(obj, kind: str, roles: Mapping[str, str] | None, problem: str | Non
         lines.append(f"History: {done} (.ops.invert() undoes the last)")
     lines.append(f"Operators: {', '.join(OPERATORS)}")
     return "\n".join(lines)
-
-
-def layout_of(dims, roles: Mapping[str, str]) -> str:
-    """NHWC, NCHW or NCHW_VECT_C as the accessor will read it; what is missing otherwise."""
-    if not {"H", "W", "C"} <= set(roles):
-        missing = "".join(r for r in "HWC" if r not in roles)
-        return f"none for depth_to_space/space_to_depth (no {'/'.join(missing)} dim found; pass dims={{...}})"
-    if "V" in roles:
-        return "NCHW_VECT_C"
-    c, h, w = (dims.index(roles[r]) for r in "CHW")
-    n = dims.index(roles["N"]) if "N" in roles else -1  # no N: a batch of one in front
-    return "NCHW" if n < c < h < w else "NHWC"
 
 
 _GATHER_POSITIONAL = [

@@ -12,17 +12,10 @@ import math
 
 import xarray as xr
 
-from ops.errors import InvalidArgument
-
-
-def _errors():
-    from ops.accessor import DimensionError, MissingDims, NotApplicable  # defined with the accessor
-
-    return DimensionError, MissingDims, NotApplicable
+from ops.errors import DimensionError, InvalidArgument, MissingDims, NotApplicable
 
 
 def _check_dtype(src: xr.DataArray, policy) -> None:
-    _, _, NotApplicable = _errors()
     allowed = ("int32",) if policy is None else ("int32", "float32")
     if src.dtype.name not in allowed:
         rule = "int32 without a policy" if policy is None else f"int32 or float32 with policy={policy!r}"
@@ -33,7 +26,6 @@ def _check_dtype(src: xr.DataArray, policy) -> None:
 
 def _layout(src: xr.DataArray, scale, policy):
     """(column dim, scale dims shared with src, the scale's own group dim or None, k_dim)."""
-    DimensionError, MissingDims, _ = _errors()
     dims = src.dims
     if not (isinstance(scale, xr.DataArray) and scale.ndim):
         return dims[-1], [], None, 1  # a number or a plain array: the last dim holds the columns
@@ -89,7 +81,6 @@ def _aligned(scale: xr.DataArray, src: xr.DataArray, shared) -> xr.DataArray:
 def dequant_by_name(src: xr.DataArray, deq_scale, *, function, dst_dtype, calc_count, mode, policy,
                     group_size, align_output) -> xr.DataArray:
     """AscendDequant of ``src`` (any rank >= 1) with the scale matched by dim name; attrs empty."""
-    DimensionError, _, _ = _errors()
     if src.ndim == 0:
         raise DimensionError("ascend_dequant: src must have at least one dim (the column dim), got a 0-d DataArray")
     _check_dtype(src, policy)

@@ -28,86 +28,11 @@ import xarray as xr
 
 from ops import _conventions, _coords, _validate, registry
 from ops._named_dequant import dequant_by_name
-from ops.errors import InvalidArgument
+from ops.dims import ROLE_LABELS, ROLE_NAMES, find_dims, layout_of, no_other_dims
+from ops.errors import DimensionError, InvalidArgument, MissingDims, NotApplicable
 
-ROLE_NAMES = {
-    "N": ("n", "batch", "sample", "samples", "image", "images", "time"),
-    "H": ("h", "y", "height", "row", "rows", "lat", "latitude"),
-    "W": ("w", "x", "width", "col", "cols", "column", "columns", "lon", "longitude"),
-    "C": ("c", "channel", "channels", "band", "bands", "feature", "features", "depth"),
-    "V": ("v", "vect", "vector", "vec", "lane", "lanes", "c_inner"),
-}
-ROLE_LABELS = {"N": "batch", "H": "height", "W": "width", "C": "channel", "V": "vector lane"}
 HISTORY = "ops_history"
 _TEMPORARY_BATCH = "__ops_batch__"
-
-
-class DimensionError(InvalidArgument):
-    """The dims an operator needs are missing, ambiguous or named wrongly."""
-
-
-class NotApplicable(InvalidArgument):
-    """The operator does not apply to this array (a Dataset leaves such variables untouched)."""
-
-
-class MissingDims(DimensionError, NotApplicable):
-    """The array lacks a dim the operator needs."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Dims by name
-
-
-def find_dims(dims, op: str, required: str, optional: str = "", explicit=None) -> dict[str, str]:
-    """Map roles (letters of ``required`` and ``optional``) to dim names.
-
-    ``explicit`` (``{"H": "row", ...}``) wins; other roles are recognised by name
-    (ROLE_NAMES, case-insensitive). Raises DimensionError with the ``dims=`` call that fixes it.
-    """
-    dims = tuple(dims)
-    roles: dict[str, str] = {}
-    for role, name in (explicit or {}).items():
-        if role not in ROLE_NAMES:
-            raise DimensionError(f"dims keys must be among {', '.join(ROLE_NAMES)}, got {role!r}")
-        if name not in dims:
-            raise DimensionError(f"dims[{role!r}] = {name!r} is not a dim of the array; its dims are {dims}")
-        roles[role] = name
-    taken = set(roles.values())
-    for role in required + optional:
-        if role in roles:
-            continue
-        matches = [d for d in dims if d not in taken and str(d).lower() in ROLE_NAMES[role]]
-        if len(matches) > 1:
-            raise DimensionError(
-                f"{op}: dims {matches} all look like the {ROLE_LABELS[role]} dim ({role}); say which, "
-                f"e.g. .ops.{op}(..., dims={{{role!r}: {matches[0]!r}}})"
-            )
-        if matches:
-            roles[role] = matches[0]
-            taken.add(matches[0])
-    missing = [role for role in required if role not in roles]
-    if missing:
-        found = ", ".join(f"{r}={roles[r]!r}" for r in roles) or "none"
-        unassigned = [d for d in dims if d not in taken]
-        if len(unassigned) == len(missing):  # the leftover dims are the likely answer
-            guesses = dict(zip(missing, unassigned))
-        else:
-            guesses = {r: f"<{ROLE_LABELS[r]} dim>" for r in missing}
-        suggestion = {**roles, **guesses}
-        raise MissingDims(
-            f"{op} needs {', '.join(f'{ROLE_LABELS[r]} ({r})' for r in missing)} dim(s) among {dims}; "
-            f"recognised {found}. Name them: .ops.{op}(..., dims={suggestion!r})"
-        )
-    return roles
-
-
-def _no_other_dims(arr: xr.DataArray, roles: Mapping[str, str], op: str) -> None:
-    extra = [d for d in arr.dims if d not in roles.values()]
-    if extra:
-        raise DimensionError(
-            f"{op}: dims {extra} are none of {'/'.join(roles)}; select or stack them first, "
-            f"or assign them a role with dims={{...}} (found {dict(roles)})"
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,12 +93,12 @@ class OpsAccessor:
     def _depth(self, op: str, block_size, mode, dims):
         arr = self._obj
         roles = find_dims(arr.dims, op, "HWC", "NV", dims)
-        _no_other_dims(arr, roles, op)
+        no_other_dims(arr, roles, op)
         work, order = arr, arr.dims
         if "N" not in roles:  # a single image: a batch of one, for the operator's sake
             work = work.expand_dims(_TEMPORARY_BATCH)
             roles = {**roles, "N": _TEMPORARY_BATCH}
-        data_format = "NCHW_VECT_C" if "V" in roles else _layout(work.dims, roles)
+        data_format = layout_of(work.dims, roles)
         layout = {"NHWC": "NHWC", "NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}[data_format]
         work = work.transpose(*(roles[r] for r in layout))
         data = registry.get(op).function(work.data, block_size, data_format=data_format, mode=mode)
@@ -191,14 +116,14 @@ class OpsAccessor:
         """``_depth`` after checking block_size and the dim sizes in dim names."""
         size = _conventions.block_size(op, block_size)
         roles = find_dims(self._obj.dims, op, "HWC", "NV", dims)
-        _no_other_dims(self._obj, roles, op)
+        no_other_dims(self._obj, roles, op)
         _conventions.check_depth(op, self._obj, roles, size)
         try:
             out = self._depth(op, size, mode, dims)
         except DimensionError:
             raise
         except InvalidArgument as error:  # a rule checked only below (the NCHW_VECT_C lane): in dim names
-            order = {"NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}.get(_conventions.layout_of(self._obj.dims, roles), "NHWC")
+            order = {"NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}.get(layout_of(self._obj.dims, roles), "NHWC")
             axes = tuple(roles.get(r, "(batch of one)") for r in order)
             raise type(error)(_conventions.in_dim_terms(str(error), axes)) from None
         return _conventions.apply_keep_attrs(out, keep_attrs)
@@ -748,14 +673,6 @@ class OpsAccessor:
         return out
 
 
-def _layout(dims, roles) -> str:
-    """NHWC or NCHW from the order of the named dims; NHWC (after a transpose) otherwise."""
-    position = {r: dims.index(roles[r]) for r in "NHWC"}
-    if position["N"] < position["C"] < position["H"] < position["W"]:
-        return "NCHW"
-    return "NHWC"
-
-
 # ---------------------------------------------------------------------------------------------
 # Dataset accessor
 
@@ -1110,86 +1027,3 @@ class OpsDatasetAccessor:
         True
         """
         return self._apply("invert", keep_attrs=keep_attrs)
-
-
-# ---------------------------------------------------------------------------------------------
-# Dims by name for the registry: each adapter runs the accessor on DataArray inputs whose dims
-# it recognises, or returns None so the plain function runs positionally (ops.registry.apply).
-
-
-def _named(arr) -> bool:
-    return registry._is_named(arr)
-
-
-def _depth_adapter(op: str):
-    def call(arrays, kwargs, dims):
-        x = arrays["x"]
-        if not isinstance(x, xr.DataArray) or not (_named(x) or dims):
-            return None
-        try:
-            roles = find_dims(x.dims, op, "HWC", "NV", dims)
-        except MissingDims:
-            if dims:
-                raise
-            return None  # names the accessor does not know: positional, by data_format
-        layout = "NCHW_VECT_C" if "V" in roles else _layout(("__n__", *x.dims), {"N": "__n__", **roles})
-        asked = kwargs.get("data_format")
-        if asked is not None and asked != layout:
-            raise InvalidArgument(
-                f"data_format {asked!r} disagrees with the dims of x {tuple(x.dims)}, which say {layout}; "
-                "omit data_format to go by the dim names, or pass dims"
-            )
-        return x.ops._depth(op, kwargs["block_size"], kwargs.get("mode", "DCR"), dims)
-
-    return call
-
-
-def _batch_nd_adapter(op: str, pairs_name: str):
-    def call(arrays, kwargs, dims):
-        x = arrays["x"]
-        if not isinstance(x, xr.DataArray) or not (_named(x) or dims):
-            return None
-        batch = (dims or {}).get("N", x.dims[0])
-        spatial = [d for d in x.dims if d != batch]
-        blocks, rows = kwargs.get("block_shape"), kwargs.get(pairs_name)
-        blocks = blocks.tolist() if isinstance(blocks, np.ndarray) else blocks
-        rows = rows.tolist() if isinstance(rows, np.ndarray) else rows
-        # Shapes the mapping form cannot express: the plain function names the broken rule.
-        if not isinstance(blocks, list) or len(blocks) > len(spatial):
-            return None
-        if rows is not None and (not isinstance(rows, list) or len(rows) != len(blocks)):
-            return None
-        pairs = None if rows is None else dict(zip(spatial, rows))
-        return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, {"N": batch})
-
-    return call
-
-
-def _space_to_batch_adapter(arrays, kwargs, dims):
-    x = arrays["x"]
-    if not isinstance(x, xr.DataArray) or not (_named(x) or dims):
-        return None
-    try:
-        find_dims(x.dims, "space_to_batch", "NHW", "", dims)
-    except MissingDims:
-        if dims:
-            raise
-        return None
-    return x.ops.space_to_batch(kwargs["block_size"], kwargs["paddings"], dims=dims)
-
-
-def _gather_adapter(arrays, kwargs, dims):
-    params, indices = arrays["params"], arrays["indices"]
-    if not (_named(params) and isinstance(indices, xr.DataArray)):
-        return None
-    return params.ops.gather_nd(indices, **kwargs)
-
-
-NAMED_DIMS = {
-    "depth_to_space": _depth_adapter("depth_to_space"),
-    "space_to_depth": _depth_adapter("space_to_depth"),
-    "space_to_batch": _space_to_batch_adapter,
-    "space_to_batch_nd": _batch_nd_adapter("space_to_batch_nd", "paddings"),
-    "batch_to_space_nd": _batch_nd_adapter("batch_to_space_nd", "crops"),
-    "gather_nd": _gather_adapter,
-}

@@ -7,23 +7,24 @@ process descriptions and the OpenAPI document are generated from these entries.
 
 ``apply`` runs an entry on NumPy/Dask arrays or on xarray DataArrays. A DataArray whose dims
 the ``.ops`` accessor recognises (or an explicit ``dims`` mapping) goes through the accessor,
-so dims are matched by name and coordinates and attrs are kept (the accessor's
-``NAMED_DIMS`` adapters); anything else runs the plain function positionally and the result
+so dims are matched by name and coordinates and attrs are kept (the adapters of
+``ops._named_calls``); anything else runs the plain function positionally and the result
 gets the dim names of the operator's roles.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import xarray as xr
 from pydantic import BaseModel
 
+from ops._named_calls import NAMED_DIMS
 from ops.dequant import ascend_dequant
 from ops.depth_space import depth_to_space, space_to_depth
+from ops.dims import is_named
 from ops.errors import InvalidArgument
 from ops.gather_nd import gather_nd
 from ops.space_batch import batch_to_space_nd, space_to_batch, space_to_batch_nd
@@ -38,7 +39,6 @@ from schemas import (
 )
 
 VERSION = "1.0.0"
-_DEFAULT_DIM = re.compile(r"dim_\d+")
 
 
 @dataclass(frozen=True)
@@ -137,11 +137,6 @@ def get(name: str) -> Operator:
         raise InvalidArgument(f"operator must be one of {', '.join(OPERATORS)}, got {name!r}") from None
 
 
-def _is_named(arr) -> bool:
-    """A DataArray with dim names of its own (not xarray's dim_0, dim_1, ...)."""
-    return isinstance(arr, xr.DataArray) and not all(_DEFAULT_DIM.fullmatch(str(d)) for d in arr.dims)
-
-
 def _data(value):
     return value.data if isinstance(value, xr.DataArray) else value
 
@@ -187,14 +182,12 @@ def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object],
             f"dims must map roles to dim names, e.g. {{'H': 'y'}}, and {name} must take dims by name; got {dims!r}"
         )
     if op.accepts_dims:
-        from ops import accessor  # the accessor itself looks its functions up here
-
-        named = accessor.NAMED_DIMS[name](arrays, dict(kwargs), dims)
+        named = NAMED_DIMS[name](arrays, dict(kwargs), dims)
         if named is not None:
             return named
     result = op.function(*(_data(arrays[k]) for k in op.array_inputs), **kwargs)
     first = arrays[op.array_inputs[0]]
-    if isinstance(first, xr.DataArray) and _is_named(first) and first.ndim == result.ndim and name != "gather_nd":
+    if isinstance(first, xr.DataArray) and is_named(first) and first.ndim == result.ndim and name != "gather_nd":
         out_dims = first.dims  # a rearrangement keeps the meaning of every axis
     else:
         out_dims = op.roles(dict(kwargs), result.ndim)

@@ -32,6 +32,7 @@ from distributed import CancelledError, Future
 import ops
 from ops import dtypes, registry
 from ops._chunks import zarr_chunks
+from ops.dims import ROLES
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
 from service import npy, progress
@@ -44,7 +45,6 @@ from service.storage import ArrayStore, check_name, stream_chunks
 log = logging.getLogger(__name__)
 
 NPY_MEDIA_TYPE = "application/x-npy"
-_ROLES = ("N", "H", "W", "C", "V")  # the keys of the dims input (ops.accessor.ROLE_NAMES)
 POLL_SECONDS = 0.25
 
 
@@ -213,8 +213,8 @@ class Executor:
                 )
         dims = inputs.pop("dims", None)
         if dims is not None and not (isinstance(dims, dict) and all(
-                k in _ROLES and isinstance(v, str) for k, v in dims.items())):
-            raise bad_request(f"input 'dims' must map roles ({', '.join(_ROLES)}) to dim names (strings), "
+                k in ROLES and isinstance(v, str) for k, v in dims.items())):
+            raise bad_request(f"input 'dims' must map roles ({', '.join(ROLES)}) to dim names (strings), "
                               f"e.g. {{\"H\": \"row\"}}; got {dims!r}")
         missing = [k for k, f in op.params.model_fields.items() if f.is_required() and k not in inputs]
         if missing:

@@ -2,12 +2,84 @@
 
 from __future__ import annotations
 
+import ast
 import runpy
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+PACKAGES = ("schemas", "ops", "service")  # each may import only the ones before it
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, read from the source (imports inside functions
+    too, which a fresh interpreter would not show until they run)."""
+    files = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def project_module(name: str) -> str | None:  # "ops.dims.find_dims" -> "ops.dims"
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in files.items():
+        names = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
+        graph[module] = {target for name in names if (target := project_module(name))} - {module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circles_and_dependencies_point_service_ops_schemas():
+    graph = import_graph()
+    assert {"ops.accessor", "ops.registry", "service.app", "schemas"} <= set(graph)
+    assert cycles(graph) == []
+    upward = [(module, target) for module, targets in graph.items() for target in targets
+              if PACKAGES.index(target.split(".")[0]) > PACKAGES.index(module.split(".")[0])]
+    assert upward == []
+
+
+def test_the_circle_check_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 @pytest.mark.smoke

@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import ops
-from ops.accessor import DimensionError
+from ops.errors import DimensionError
 from ops.errors import InvalidArgument
 from tests.helpers import assert_same
 

@@ -1,0 +1,89 @@
+"""Named calls for the registry: each adapter runs the ``.ops`` accessor on DataArray inputs
+whose dims it recognises (or that come with a ``dims`` mapping), or returns None so that the
+plain function runs positionally (``ops.registry.apply``).
+
+The adapters reach the accessor through ``DataArray.ops`` (registered by ``import ops``), not
+by importing it: the accessor sits above the registry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from ops.dims import find_dims, is_named, layout_of
+from ops.errors import InvalidArgument, MissingDims
+
+
+def _depth_adapter(op: str):
+    def call(arrays, kwargs, dims):
+        x = arrays["x"]
+        if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
+            return None
+        try:
+            roles = find_dims(x.dims, op, "HWC", "NV", dims)
+        except MissingDims:
+            if dims:
+                raise
+            return None  # names the accessor does not know: positional, by data_format
+        found = layout_of(x.dims, roles)
+        asked = kwargs.get("data_format")
+        if asked is not None and asked != found:
+            raise InvalidArgument(
+                f"data_format {asked!r} disagrees with the dims of x {tuple(x.dims)}, which say {found}; "
+                "omit data_format to go by the dim names, or pass dims"
+            )
+        return x.ops._depth(op, kwargs["block_size"], kwargs.get("mode", "DCR"), dims)
+
+    return call
+
+
+def _batch_nd_adapter(op: str, pairs_name: str):
+    def call(arrays, kwargs, dims):
+        x = arrays["x"]
+        if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
+            return None
+        batch = (dims or {}).get("N", x.dims[0])
+        spatial = [d for d in x.dims if d != batch]
+        blocks, rows = kwargs.get("block_shape"), kwargs.get(pairs_name)
+        blocks = blocks.tolist() if isinstance(blocks, np.ndarray) else blocks
+        rows = rows.tolist() if isinstance(rows, np.ndarray) else rows
+        # Shapes the mapping form cannot express: the plain function names the broken rule.
+        if not isinstance(blocks, list) or len(blocks) > len(spatial):
+            return None
+        if rows is not None and (not isinstance(rows, list) or len(rows) != len(blocks)):
+            return None
+        pairs = None if rows is None else dict(zip(spatial, rows))
+        return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, {"N": batch})
+
+    return call
+
+
+def _space_to_batch_adapter(arrays, kwargs, dims):
+    x = arrays["x"]
+    if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
+        return None
+    try:
+        find_dims(x.dims, "space_to_batch", "NHW", "", dims)
+    except MissingDims:
+        if dims:
+            raise
+        return None
+    return x.ops.space_to_batch(kwargs["block_size"], kwargs["paddings"], dims=dims)
+
+
+def _gather_adapter(arrays, kwargs, dims):
+    params, indices = arrays["params"], arrays["indices"]
+    if not (is_named(params) and isinstance(indices, xr.DataArray)):
+        return None
+    return params.ops.gather_nd(indices, **kwargs)
+
+
+NAMED_DIMS = {
+    "depth_to_space": _depth_adapter("depth_to_space"),
+    "space_to_depth": _depth_adapter("space_to_depth"),
+    "space_to_batch": _space_to_batch_adapter,
+    "space_to_batch_nd": _batch_nd_adapter("space_to_batch_nd", "paddings"),
+    "batch_to_space_nd": _batch_nd_adapter("batch_to_space_nd", "crops"),
+    "gather_nd": _gather_adapter,
+}
