@@ -6,7 +6,7 @@ array (and returns a lazy Dask array built block by block, never materialising t
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ops import accessor, dtypes, errors  # accessor: registers DataArray.ops / Dataset.ops
+from ops import accessor, dataset_accessor, dtypes, errors  # the accessors register DataArray.ops, Dataset.ops
 from ops._coords import CoordinateDropped
 from ops._fused_stores import fusing_stores
 from ops._scratch import scratch
@@ -24,6 +24,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = [
     "__version__",
     "accessor",
+    "dataset_accessor",
     "CoordinateDropped",
     "InvalidArgument",
     "ascend_dequant",

@@ -19,7 +19,8 @@ import pytest
 import xarray as xr
 
 import ops
-from ops.accessor import OpsAccessor, OpsDatasetAccessor
+from ops.accessor import OpsAccessor
+from ops.dataset_accessor import OpsDatasetAccessor
 from ops.errors import DimensionError
 from ops.errors import InvalidArgument
 from tests.helpers import assert_same
