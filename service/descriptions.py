@@ -6,11 +6,10 @@ from __future__ import annotations
 import copy
 
 from ops import registry
-from schemas.service import ARRAY_NAME_PATTERN, OGC_REL
+from schemas.service import ARRAY_NAME_PATTERN, NPY_MEDIA_TYPE, OGC_REL
 
 JOB_CONTROL = ["sync-execute", "async-execute", "dismiss"]
 TRANSMISSION = ["value", "reference"]
-NPY = "application/x-npy"
 
 _ARRAY_ROLES = {
     "x": "the input tensor",
@@ -32,10 +31,10 @@ ARRAY_INPUT_SCHEMA = {
                                  "description": "/arrays/NAME (or this service's absolute URL of it)"},
                         "type": {"description": "a media type hint, not used"}}},
         {"type": "object", "required": ["value"],
-         "properties": {"value": {"type": "string", "contentEncoding": "base64", "contentMediaType": NPY,
+         "properties": {"value": {"type": "string", "contentEncoding": "base64", "contentMediaType": NPY_MEDIA_TYPE,
                                   "pattern": BASE64_PATTERN},
                         "encoding": {"type": "string", "enum": ["base64"]},
-                        "mediaType": {"type": "string", "enum": [NPY]},
+                        "mediaType": {"type": "string", "enum": [NPY_MEDIA_TYPE]},
                         "dtype": {"anyOf": [{"type": "string", "enum": ["bfloat16", "complex32"]}, {"type": "null"}],
                                   "description": "bfloat16 / complex32 when value holds those types' raw bits"}}},
     ]
@@ -100,5 +99,5 @@ def description(op: registry.Operator, base: str) -> dict:
         inputs["dims"] = {"title": "dims", "description": DIMS_SCHEMA["description"], "schema": DIMS_SCHEMA,
                           "minOccurs": 0, "maxOccurs": 1}
     outputs = {"result": {"title": "result", "description": f"The {op.title} result, as NPY or a stored array",
-                          "schema": {"type": "string", "contentMediaType": NPY, "contentEncoding": "binary"}}}
+                          "schema": {"type": "string", "contentMediaType": NPY_MEDIA_TYPE, "contentEncoding": "binary"}}}
     return {**summary(op, base), "inputs": inputs, "outputs": outputs}

@@ -34,7 +34,7 @@ from ops import dtypes, registry
 from ops._chunks import zarr_chunks
 from ops.dims import ROLES
 from ops.errors import InvalidArgument
-from schemas.service import ExecuteRequest
+from schemas.service import NPY_MEDIA_TYPE, ExecuteRequest
 from service import npy, progress
 from service.cluster import Cluster, ClusterUnavailable
 from service.errors import (INVALID_PARAMETER, JOB_FAILED, ServiceError, bad_request, conflict, disk_full,
@@ -44,7 +44,6 @@ from service.storage import ArrayStore, check_name, stream_chunks
 
 log = logging.getLogger(__name__)
 
-NPY_MEDIA_TYPE = "application/x-npy"
 POLL_SECONDS = 0.25
 
 

@@ -11,11 +11,11 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from schemas.service import ArrayInfo, ArrayList
+from schemas.service import NPY_MEDIA_TYPE, ArrayInfo, ArrayList
 from service import npy
 from service.errors import (RANGE_NOT_SATISFIABLE, UNSUPPORTED_MEDIA_TYPE, ServiceError, bad_request, conflict,
                             no_such_array, too_large)
-from service.execution import NPY_MEDIA_TYPE, dtype_header
+from service.execution import dtype_header
 from service.objectstore import KEY_PIECE_BYTES
 from service.routers import ArrayName, ZarrKey, problems
 from service.state import Services, base_url, require_token, services

@@ -11,9 +11,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ops import registry
-from schemas.service import OGC_REL, JobList, JobStatus, Results, StatusInfo
+from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results, StatusInfo
 from service.errors import INVALID_PARAMETER, NO_SUCH_ARRAY, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError
-from service.execution import NPY_MEDIA_TYPE, dtype_header, npy_bytes
+from service.execution import dtype_header, npy_bytes
 from service.routers import JobID, problems
 from service.state import Services, base_url, require_token, services
 from service.storage import ArrayStore
