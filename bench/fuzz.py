@@ -5,7 +5,7 @@ Schemathesis's own engine over every operation of the OpenAPI document, all its 
 document's links: PUT an array then read/delete it, start a job then poll/dismiss it) and
 all its default checks, against the service with an in-process Dask cluster on a temporary
 data root. The same document, bodies and check policy as ``tests/service/test_schemathesis.py``
-(see ``tests/service/fuzzing.py``), with ``N`` examples per operation instead of 20.
+(see ``bench/fuzzing.py``), with ``N`` examples per operation instead of 20.
 
 Prints what was sent (responses by operation and status) and every distinct failure with a
 curl line that reproduces it; exits 1 when there is any.
@@ -30,7 +30,7 @@ from schemathesis.engine import Status, events, from_schema  # noqa: E402
 
 from service.app import create_app  # noqa: E402
 from service.settings import Settings  # noqa: E402
-from tests.service import fuzzing  # noqa: E402
+from bench import fuzzing  # noqa: E402
 
 
 def settings(root: str) -> Settings:

@@ -136,3 +136,15 @@ def test_every_test_module_has_a_smoke_test():
     assert modules
     missing = [str(p.relative_to(ROOT)) for p in modules if "@pytest.mark.smoke\n" not in p.read_text()]
     assert missing == []
+
+
+def test_bench_imports_nothing_from_the_tests():
+    """Benchmarks run by hand from a clone without a test suite's fixtures; the tests may use
+    what the benchmarks share (bench/fuzzing.py, bench/load.py), not the reverse."""
+    found = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [(path.name, name) for name in names if name.split(".")[0] == "tests"]
+    assert found == []

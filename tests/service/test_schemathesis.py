@@ -7,7 +7,7 @@ schema-violating requests refused with a 4xx, schema-valid ones not refused with
 405 with a right ``Allow`` for undocumented methods. Two checks are not run on a few
 operations: positive_data_acceptance where refusals depend on more than JSON Schema can say
 (shapes, NPY and zip contents, a failed job's error), and use_after_free (stateful only) on
-reading a dismissed job, which OGC keeps; ``tests/service/fuzzing.py`` lists them and says
+reading a dismissed job, which OGC keeps; ``bench/fuzzing.py`` lists them and says
 why. The long run, with the stateful phase (links between operations), is ``python -m
 bench.fuzz`` (``make fuzz``).
 
@@ -27,7 +27,7 @@ from fastapi.testclient import TestClient
 from hypothesis import settings
 
 from service.app import create_app
-from tests.service import fuzzing
+from bench import fuzzing
 from tests.service.conftest import NPY, inline, make_settings, npy_bytes
 
 # Built from the document of an app not started (serving /openapi.json needs the lifespan);
