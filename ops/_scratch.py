@@ -183,10 +183,16 @@ class Scratch:
             ) from None
 
     def mark_and_count(self, marker: str, folder: str) -> int:
-        """Create the empty file ``folder/marker`` and count the files in ``folder``."""
+        """Create the empty file ``folder/marker`` and count the files in ``folder``; 0 when the
+        folder is gone by then."""
         fs, _ = self._fs_root
         self.write(f"{folder}/{marker}", b"")
-        return len(fs.ls(self.path(folder), detail=False))
+        try:
+            return len(fs.ls(self.path(folder), detail=False))
+        except FileNotFoundError:
+            # Another task marked after this one, counted both markers and removed the run
+            # before this one counted: the run is complete, and not this task's to remove.
+            return 0
 
     def remove(self) -> None:
         fs, root = self._fs_root

@@ -586,6 +586,28 @@ def test_scratch_files_written_at_offsets_on_a_local_disk(tmp_path):
     assert _files(tmp_path) == ["run/pieces/a", "run/pieces/b"]
 
 
+def test_the_last_blocks_mark_races_the_one_before(tmp_path, monkeypatch):
+    """Two output batches finishing together: the second marks, counts both markers and
+    removes the run between the first's mark and its count. The first sees a finished run
+    (it was a FileNotFoundError, failing a gather that had computed every block)."""
+    from ops._scratch import Scratch
+
+    run = Scratch(str(tmp_path / "run"))
+    run.write("pieces/a", b"rows")
+    other = Scratch(str(tmp_path / "run"))
+    write = Scratch.write
+
+    def write_then_the_other_finishes(self, name, data):
+        write(self, name, data)
+        if self is run and name == "done/first":
+            assert other.mark_and_count("second", "done") == 2
+            other.remove()
+
+    monkeypatch.setattr(Scratch, "write", write_then_the_other_finishes)
+    assert run.mark_and_count("first", "done") == 0  # below any block count: nothing left to remove
+    assert _files(tmp_path) == []
+
+
 def test_a_missing_scratch_file_is_named(tmp_path):
     """A block recomputed after the run removed its files says so, not a TypeError."""
     values = np.arange(64 * 4).reshape(64, 4)
