@@ -651,10 +651,10 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     read_rows = max(1, target // 8 // max(row_bytes, 1))
     block_bytes = math.prod(params.chunksize) * params.dtype.itemsize
     source = _block_reads.BlockReads.of(params)
-    # Blocks a serve task reads itself, one at a time: a group of four times the chunk size
-    # (moto, 3 GiB, 1e7 tuples: 12 groups 61 s, 6 groups 53 s, 4 groups 62 s as each block
-    # was then read twice, once per read of requests); blocks that come as the task's
-    # arguments are all in its memory: half.
+    # Blocks a serve task reads itself, one at a time: a group of four times the chunk size.
+    # Larger groups mean fewer requests to an object store, until a group's requests outgrow
+    # one read of them and each block is read once per read of requests; blocks that come as
+    # the task's arguments are all in its memory: half.
     group_size = max(1, (4 * target if source is not None else target // 2) // max(block_bytes, 1))
     request_budget = max(1, target // 8 // 8)
     block_tuples = math.prod(indices.chunksize[:-1])

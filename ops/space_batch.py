@@ -566,19 +566,18 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # A plain from_array/from_zarr input whose output windows each lie in one input block:
     # each task reads its block from the source itself (one task, no intermediate key). A
     # window that also needs a few boundary rows of a neighbour (a halo from the padding)
-    # does not read them itself: a Zarr chunk is decoded whole, and decoding every chunk a
-    # second time for one row cost more (3 GiB on local disk: 19 s against 16-17 s). Its
-    # owner copies them out for it (below); other inputs give block keys and edge tasks.
+    # does not read them itself: a Zarr chunk is decoded whole, so that would decode every
+    # chunk a second time for one row. The chunk's owner copies them out for it instead
+    # (below); other inputs give block keys and edge tasks.
     reads_per_block = math.prod(max(map(len, axis)) for axis in reads)
     stored = _block_reads.BlockReads.of(x)
     source = stored if reads_per_block == 1 else None
     # With the batch axis chunked an input chunk makes P output blocks of 1/P of its size:
     # for an input read from a store, output blocks that span ``merge`` input chunks on the
-    # first spatial axis cut the store tasks and their fixed costs by ``merge`` (3 GiB, 16 MiB
-    # chunks, P = 4, merge = 2, local disk: 15-16 s -> 13 s; with a halo 17-19 s -> 15-16 s).
-    # The task holds merge input blocks and as much output, kept within a quarter of Dask's
-    # chunk size. Region reads need windows that read no chunk twice; with halos each chunk
-    # is read once anyway (by its owner; the halo rows go through edge tasks).
+    # first spatial axis cut the store tasks and their fixed costs by ``merge``. The task
+    # holds merge input blocks and as much output, kept within a quarter of Dask's chunk
+    # size. Region reads need windows that read no chunk twice; with halos each chunk is
+    # read once anyway (by its owner; the halo rows go through edge tasks).
     merge = _merge(x, groups) if stored is not None and x.numblocks[0] > 1 else 1
     if merge > 1:
         merged_chunks, merged_reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, merge)
@@ -593,9 +592,9 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
     # reads most of its rows (its owner), which also copies out the few rows its neighbours
     # take (their halos); a neighbour writes them into its block in a small task after its
     # own window. No window waits for another and no block key of x is held or sent: with
-    # block keys, two blocks of one window were read on two workers and one was sent across
-    # (80 of 100 windows at 3 GiB). An earlier plan that made a window wait for its
-    # neighbour's reads left workers idle, and they were sent more reads to hold.
+    # block keys, two blocks of one window can be read on two workers and one sent across;
+    # a window that waits for its neighbour's reads leaves its worker idle, and the
+    # scheduler then sends that worker more reads to hold.
     owned = stored if source is None and stored is not None else None
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if owned is not None else {}
     layer = {}
@@ -670,10 +669,9 @@ def _batch_to_space_bundle_blocks(reads, outputs, block_shape):
     # chunk, once read, is cut into the parts the output blocks take (copies) and dropped;
     # then each output block is made from its parts and they are dropped. At most P chunks'
     # worth plus one read's buffers, or plus one output block, are held. (Scattering each
-    # chunk straight into the output blocks touches every 2 MiB page of them with the first
-    # group, every other row being that group's, so all P outputs sat beside all P chunks;
-    # with 4 KiB pages instead, the page faults cost more than these copies: 110-150 ms
-    # against 60 ms a bundle of 4 x 16 MiB.)
+    # chunk straight into the output blocks would touch every 2 MiB page of them with the
+    # first group, every other row being that group's, so all P outputs would be held beside
+    # all P chunks; with 4 KiB pages instead, the page faults cost more than these copies.)
     parts_of = [[None] * len(parts) for _, parts in outputs]
     for position, (func, source, slices, *extra) in enumerate(reads):
         chunk = func(source, slices, *extra)
@@ -844,8 +842,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # plain from_array/from_zarr and the plan only splits its chunks: no rechunk tasks, no
     # input block held for its P readers (nor sent to another worker).
     # From an object store too: a split block is then downloaded P times, but the rechunk
-    # plan holds P pieces of every block in worker memory, and measured on S3 (s3fs's buffers
-    # on top) it had 384 MiB workers killed over and over (bench/RESULTS.md).
+    # plan holds P pieces of every block in worker memory, which with s3fs's buffers on top
+    # is more than small (384 MiB) workers survive.
     source = _block_reads.BlockReads.of(x)
     pieces = source and _block_reads.refined(x.chunks, in_chunks)
     if pieces is None:
@@ -872,11 +870,8 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     token = tokenize(x, block_shape, crops)
     name = f"batch_to_space_nd-{token}"
     # A crop before the first row makes the first block short, and a Zarr store needs regular
-    # chunks: to_zarr would rechunk the whole output (3 GiB on S3, bundles: 0.82x of a copy,
-    # 1.7 GB spilled per 384 MiB worker; local disk, the batch in one chunk: 13.8-14.9 s, 10.4 s
-    # uncropped). Blocks counted from the first kept row on every spatial axis instead, when
-    # each runs into at most the next chunk (bundles: 0.86-0.98x; the batch in one chunk:
-    # 12.6-14.3 s).
+    # chunks: to_zarr would rechunk the whole output. Blocks counted from the first kept row
+    # on every spatial axis instead, when each runs into at most the next chunk.
     shifted = None
     if all(out_shape[1 : 1 + m]) and not all(map(_chunks.zarr_regular, out_chunks[1 : 1 + m])):
         shifted = [_shifted_rows(x.chunks[1 + i], b, lo, out_shape[1 + i], max(out_chunks[1 + i]))
@@ -897,10 +892,9 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     # Each output block reads a part of P source chunks (one per group), and each of those
     # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
     # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
-    # once and makes its P output blocks (3 GiB on S3: 0.49x -> 0.75-0.87x of a copy).
+    # once and makes its P output blocks.
     # A worker holds up to two bundles when the scheduler queues a second root task on it
-    # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0 one, and peaks 45 MiB
-    # lower on 384 MiB workers: deploy/README.md).
+    # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0, one: deploy/README.md).
     bundled = (
         source is not None and not single
         and groups * _largest_block_bytes(x) <= _chunks.target_bytes() // 2

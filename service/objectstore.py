@@ -448,7 +448,7 @@ class ObjectArrayStore(ArrayStore):
         reach with the graph's storage options."""
         if self.scratch_root is None and self.scratch_on_local_disk:
             # GatherNd moves its gathered rows through the scratch twice: on local disk that
-            # costs no request and no server time (on moto, 0.76x of a copy against 0.45x).
+            # costs no request and no server time.
             return super().scratch(prefix)
         root = self.scratch_root or (f"s3://{self.base}/scratch", self.options)
         return _configured_scratch(*root, prefix)
