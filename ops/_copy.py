@@ -57,7 +57,7 @@ def _loop_plan(shape, src_strides, dst_strides):
     run in the source (``src_next``) and the one next to it in the destination (``dst_next``)
     form a tile, so that the tile touches whole cache lines on both sides and each side sees
     at most a few sequential streams; every other axis loops in the source's memory order.
-    Measured on the bench cases (bench/RESULTS.md), the best tile order depends on the run:
+    The best tile order depends on the run:
     - one machine word: the longer of the two axes innermost (a long strided loop);
     - short runs: ``dst_next`` inside ``src_next`` (sequential writes, reads from L2);
     - long runs: the shorter axis inside the longer (block_size streams on one side).

@@ -6,8 +6,7 @@ axis make the P blocks of their groups at once. In a store graph (``da.store`` o
 ``to_zarr`` with ``compute=False``) each of those blocks is then written by a store task of
 its own, so the bundle's whole result stays in the worker's memory, as one Dask result, until
 the last of its store tasks has run. A worker near its spill line writes that result to disk
-and reads it back for each store task (measured in bench/RESULTS.md: 270 spill writes per
-worker in one BatchToSpaceND run). Inside ``fusing_stores`` Dask's optimization rewrites
+and reads it back for each store task. Inside ``fusing_stores`` Dask's optimization rewrites
 such a graph so that the task writes each block as soon as it is made, with the very store
 task Dask built for it, and holds no block once it is written: nothing is left to spill. A
 block that other tasks take as well (or instead) is kept in the task's result for them.
