@@ -26,7 +26,6 @@ ROLES = tuple(ROLE_NAMES)  # the keys a ``dims`` mapping may use
 _DEFAULT_DIM = re.compile(r"dim_\d+")
 
 
-
 def find_dims(dims, op: str, required: str, optional: str = "", explicit=None) -> dict[str, str]:
     """Map roles (letters of ``required`` and ``optional``) to dim names.
 
@@ -71,6 +70,7 @@ def find_dims(dims, op: str, required: str, optional: str = "", explicit=None) -
 
 
 def no_other_dims(arr: xr.DataArray, roles: Mapping[str, str], op: str) -> None:
+    """DimensionError naming the dims of ``arr`` that play none of ``roles``, if any."""
     extra = [d for d in arr.dims if d not in roles.values()]
     if extra:
         raise DimensionError(
