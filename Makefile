@@ -42,6 +42,8 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(call venv,$(VENV),$(PYTHON),-c $(LOCK))
 
 # One environment per supported Python, from the lock: .venv-3.11, .venv-3.12, .venv-3.13
+# (precious: make would otherwise delete the stamp of a pattern rule after using it once)
+.PRECIOUS: .venv-%/.installed
 .venv-%/.installed: pyproject.toml $(LOCK)
 	$(call venv,.venv-$*,$(shell tools/find-python $*),-c $(LOCK))
 
