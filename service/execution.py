@@ -252,7 +252,7 @@ class Executor:
     @contextlib.contextmanager
     def _job_scratch(self, plan: Plan):
         """The job's scratch location (see ``_build_with_scratch``), removed when the job ends."""
-        scratch, remove = self._guarded(self.store.scratch, f"job-{plan.job_id}-")
+        scratch, remove = self._as_service_error(self.store.scratch, f"job-{plan.job_id}-")
         try:
             yield scratch
         finally:
@@ -291,13 +291,13 @@ class Executor:
                             status="running")
         try:
             with self._job_scratch(plan) as scratch:
-                result = self._guarded(self._build_with_scratch, plan, scratch)
+                result = self._as_service_error(self._build_with_scratch, plan, scratch)
                 if plan.transmission == "value":
-                    value = self._guarded(self._compute_value, plan, result)
+                    value = self._as_service_error(self._compute_value, plan, result)
                     self.records.finish(plan.job_id, "successful", "done: the result was returned inline",
                                         progress=100)
                     return value
-                self._guarded(self._store_result, plan, result)
+                self._as_service_error(self._store_result, plan, result)
             self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
                                 progress=100)
             return None
@@ -323,9 +323,9 @@ class Executor:
                     raise Dismissed
                 self.records.update(plan.job_id, status="running", started=now(), message="building the graph")
                 with self._job_scratch(plan) as scratch:
-                    result = self._guarded(self._build_with_scratch, plan, scratch)
+                    result = self._as_service_error(self._build_with_scratch, plan, scratch)
                     self.records.update(plan.job_id, message="running on the cluster")
-                    self._guarded(self._store_result, plan, result)
+                    self._as_service_error(self._store_result, plan, result)
             finally:
                 self._slots.release()
             self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
@@ -362,7 +362,7 @@ class Executor:
 
     # --- steps ----------------------------------------------------------------------------
 
-    def _guarded(self, step, *args):
+    def _as_service_error(self, step, *args):
         """Run a step, turning operator errors into 400s, cluster loss into 503s and a full
         data root into 507s."""
         try:

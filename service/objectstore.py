@@ -207,7 +207,7 @@ class RemoteKey:
             yield self.read(first, min(end, first + KEY_PIECE_BYTES))
 
 
-def _guarded(method):
+def _storage_failures_as_503(method):
     """Run a store method with storage failures turned into 503s (``ObjectArrayStore.guard``)."""
     @wraps(method)
     def wrapper(self, *args, **kwargs):
@@ -328,11 +328,11 @@ class ObjectArrayStore(ArrayStore):
         except Exception as error:
             log.warning("could not remove %s: %s", version.url, self._clean(str(error)))
 
-    @_guarded
+    @_storage_failures_as_503
     def exists(self, name: str) -> bool:
         return self.fs.exists(self._ref(name))
 
-    @_guarded
+    @_storage_failures_as_503
     def names(self) -> list[str]:
         try:
             keys = self.fs.ls(f"{self.base}/refs", detail=False)
@@ -341,7 +341,7 @@ class ObjectArrayStore(ArrayStore):
         names = (key.rsplit("/", 1)[-1] for key in keys)
         return sorted(n for n in names if NAME.fullmatch(n) and not n.startswith("."))
 
-    @_guarded
+    @_storage_failures_as_503
     def locate(self, name: str, path: Version | None = None) -> Located:
         version = self._current(name) if path is None else path
         if version is None:
@@ -352,7 +352,7 @@ class ObjectArrayStore(ArrayStore):
             raise no_such_array(name) from None
         return located(name, version, group)
 
-    @_guarded
+    @_storage_failures_as_503
     def sweep(self) -> None:
         """Remove local spools, jobs' scratch files, and versions no pointer names (left by a
         service that stopped mid-upload or mid-job). One service per data root, as for a local one."""
@@ -377,7 +377,7 @@ class ObjectArrayStore(ArrayStore):
         url = f"{version.url}/{sub}" if sub else version.url
         return ObjectStore.from_url(url, storage_options=self.options, read_only=read_only)
 
-    @_guarded
+    @_storage_failures_as_503
     def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:
         """The stored array, lazily (see ``ArrayStore.open``). The graph reads the version
         current at this call straight from the object store; workers open it with the storage
@@ -399,10 +399,10 @@ class ObjectArrayStore(ArrayStore):
         arr.encoding = {}
         return from_stored(arr)
 
-    info = _guarded(ArrayStore.info)
-    read_small = _guarded(ArrayStore.read_small)
+    info = _storage_failures_as_503(ArrayStore.info)
+    read_small = _storage_failures_as_503(ArrayStore.read_small)
 
-    @_guarded
+    @_storage_failures_as_503
     def iter_npy(self, name: str, piece_bytes: int | None = None):
         dtype, length, pieces = super().iter_npy(name, piece_bytes)
 
@@ -411,7 +411,7 @@ class ObjectArrayStore(ArrayStore):
                 yield from pieces
         return dtype, length, guarded_pieces()
 
-    @_guarded
+    @_storage_failures_as_503
     def open_key(self, name: str, key: str) -> RemoteKey | None:
         """Zarr key ``key`` of the current version of ``name`` (None: no such key); only keys
         made of ``[A-Za-z0-9_.-]`` parts, so never one outside the array's version."""
@@ -461,10 +461,10 @@ class ObjectArrayStore(ArrayStore):
         if not location.published:
             self._remove_version(location)
 
-    write_skeleton = _guarded(ArrayStore.write_skeleton)
-    zip_upload = _guarded(ArrayStore.zip_upload)
+    write_skeleton = _storage_failures_as_503(ArrayStore.write_skeleton)
+    zip_upload = _storage_failures_as_503(ArrayStore.zip_upload)
 
-    @_guarded
+    @_storage_failures_as_503
     def publish(self, built: Version, name: str, overwrite: bool) -> None:
         """Make ``built`` the array ``name``: one PUT of its pointer. A new name is a
         conditional PUT (409 if the name exists and ``overwrite`` is false); a replaced
@@ -485,7 +485,7 @@ class ObjectArrayStore(ArrayStore):
         if old is not None and old.id != built.id:
             self._pins.dispose(old)
 
-    @_guarded
+    @_storage_failures_as_503
     def delete(self, name: str) -> None:
         """Remove the pointer (the name is gone at once), then the version (now, or when its
         last pinned reader lets go)."""
@@ -498,7 +498,7 @@ class ObjectArrayStore(ArrayStore):
             raise no_such_array(name) from None
         self._pins.dispose(old)
 
-    @_guarded
+    @_storage_failures_as_503
     def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
                    overwrite: bool) -> NpyUpload:
         if self.exists(name) and not overwrite:
