@@ -20,7 +20,7 @@ FORMATS = ["NHWC", "NCHW", "NCHW_VECT_C"]
 MODES = ["DCR", "CRD"]
 
 
-# --- The documented worked examples -------------------------------------------------------------------
+# --- The documented worked examples -----------------------------------------------------------
 
 
 def test_spec_example_single_pixel():
@@ -50,7 +50,7 @@ def test_crd_is_pixel_shuffle():
     assert y.tolist() == [[[[0, 1], [2, 3]], [[4, 5], [6, 7]]]]
 
 
-# --- ONNX reference evaluator (external oracle, NCHW) ------------------------------------------
+# --- ONNX reference evaluator (external oracle, NCHW) -----------------------------------------
 
 
 def _onnx_run(op_type: str, x: np.ndarray, **attributes) -> np.ndarray:
@@ -86,7 +86,7 @@ def test_space_to_depth_matches_onnx(bs):
     assert_same(ops.space_to_depth(x, bs, data_format="NCHW"), expected)
 
 
-# --- The index formulas, every dtype, format and mode --------------------------------------------
+# --- The index formulas, every dtype, format and mode -----------------------------------------
 
 
 def _depth_input(rng, data_format, n, h, w, c, dtype):
@@ -139,7 +139,7 @@ def test_non_contiguous_and_big_endian_inputs():
     assert_same(ops.depth_to_space(swapped, 2), reference.depth_to_space(swapped, 2))
 
 
-# --- Dask == NumPy byte for byte, and round trips, over random shapes/dtypes/chunkings -----------
+# --- Dask == NumPy byte for byte, and round trips, over random shapes/dtypes/chunkings --------
 
 
 @st.composite

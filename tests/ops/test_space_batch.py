@@ -130,7 +130,7 @@ def test_empty_tensors():
     assert lazy.shape == (0, 2**40, 5) and lazy.npartitions == 1
 
 
-# --- Dask == NumPy byte for byte, and round trips, over random shapes/dtypes/chunkings -----------
+# --- Dask == NumPy byte for byte, and round trips, over random shapes/dtypes/chunkings --------
 
 
 @st.composite
@@ -188,7 +188,7 @@ def test_batch_to_space_nd_dask_equals_numpy(case):
     assert_same(compute(ops.batch_to_space_nd(da.from_array(x, chunks=chunks), block, crops)), expected)
 
 
-# --- Zarr-backed inputs: blocks read as regions of the source inside the tasks ------------------
+# --- Zarr-backed inputs: blocks read as regions of the source inside the tasks ----------------
 
 
 def _zarr_input(x: np.ndarray, chunks) -> da.Array:
