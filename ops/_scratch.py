@@ -183,16 +183,25 @@ class Scratch:
             ) from None
 
     def mark_and_count(self, marker: str, folder: str) -> int:
-        """Create the empty file ``folder/marker`` and count the files in ``folder``; 0 when the
-        folder is gone by then."""
+        """Create the empty file ``folder/marker`` and count the complete markers in ``folder``;
+        0 when the folder is gone by then."""
         fs, _ = self._fs_root
-        self.write(f"{folder}/{marker}", b"")
+        path = self.path(f"{folder}/{marker}")
         try:
-            return len(fs.ls(self.path(folder), detail=False))
+            if self.local:
+                # An empty file is complete the moment it exists: no partial file to rename, which
+                # another task's count could see and then remove under this one.
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb"):
+                    pass
+            else:  # one PUT publishes the object whole
+                fs.pipe_file(path, b"")
+            names = fs.ls(self.path(folder), detail=False)
         except FileNotFoundError:
             # Another task marked after this one, counted both markers and removed the run
             # before this one counted: the run is complete, and not this task's to remove.
             return 0
+        return sum(".partial-" not in os.path.basename(name.rstrip("/")) for name in names)
 
     def remove(self) -> None:
         fs, root = self._fs_root

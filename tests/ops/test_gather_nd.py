@@ -590,22 +590,38 @@ def test_the_last_blocks_mark_races_the_one_before(tmp_path, monkeypatch):
     """Two output batches finishing together: the second marks, counts both markers and
     removes the run between the first's mark and its count. The first sees a finished run
     (it was a FileNotFoundError, failing a gather that had computed every block)."""
+    from fsspec.implementations.local import LocalFileSystem
+
     from ops._scratch import Scratch
 
     run = Scratch(str(tmp_path / "run"))
     run.write("pieces/a", b"rows")
     other = Scratch(str(tmp_path / "run"))
-    write = Scratch.write
+    ls = LocalFileSystem.ls
+    finished = []
 
-    def write_then_the_other_finishes(self, name, data):
-        write(self, name, data)
-        if self is run and name == "done/first":
+    def the_other_finishes_first(fs, path, *args, **kwargs):
+        if not finished:
+            finished.append(True)
             assert other.mark_and_count("second", "done") == 2
             other.remove()
+        return ls(fs, path, *args, **kwargs)
 
-    monkeypatch.setattr(Scratch, "write", write_then_the_other_finishes)
+    monkeypatch.setattr(LocalFileSystem, "ls", the_other_finishes_first)
     assert run.mark_and_count("first", "done") == 0  # below any block count: nothing left to remove
     assert _files(tmp_path) == []
+
+
+def test_a_marker_being_written_is_not_counted(tmp_path):
+    """A count that saw another task's marker while it was still a partial file removed the run
+    under that task, whose rename then failed (FileNotFoundError in a finished gather)."""
+    from ops._scratch import Scratch
+
+    run = Scratch(str(tmp_path / "run"))
+    (tmp_path / "run" / "done").mkdir(parents=True)
+    (tmp_path / "run" / "done" / "second.partial-5a9b27f5").write_bytes(b"")
+    assert run.mark_and_count("first", "done") == 1
+    assert _files(tmp_path) == ["run/done/first", "run/done/second.partial-5a9b27f5"]
 
 
 def test_a_missing_scratch_file_is_named(tmp_path):
