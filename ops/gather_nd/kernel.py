@@ -1,0 +1,167 @@
+"""GatherNd in NumPy: the kernel, its index check, and the functions graph tasks run on blocks.
+
+An index tuple of length ``c`` selects an element (``c == r - batch_dims``) or a slice of
+``params`` within its batch. The kernel turns every tuple into coordinates along the first
+``batch_dims + c`` dims of params (the *merged* dims) and takes those rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# The kernel
+
+
+def check_index_values(indices, dims, negative_index_support: bool, first_dim: int = 0, offset=()):
+    """Raise IndexError for the first (C order) index value outside its dimension's range.
+
+    ``dims`` are the sizes of params dims ``first_dim, first_dim + 1, ...`` that the tuple
+    components index; ``offset`` places ``indices`` (a Dask block) in the whole indices array.
+    """
+    if indices.size == 0:
+        return
+    sizes = np.asarray(dims, dtype=np.int64)
+    flat = indices.reshape(-1, len(dims))
+    low = -sizes if negative_index_support else np.zeros_like(sizes)
+    # Column by column: a min/max over one strided column is far faster than over axis 0.
+    if all(low[k] <= flat[:, k].min() and flat[:, k].max() < sizes[k] for k in range(len(dims))):
+        return
+    first = int(np.flatnonzero((flat < low) | (flat >= sizes))[0])
+    position = np.unravel_index(first, indices.shape)
+    position = [int(p) + (offset[k] if k < len(offset) else 0) for k, p in enumerate(position)]
+    component = first % len(dims)
+    value, size = int(flat.reshape(-1)[first]), int(sizes[component])
+    if size == 0:
+        allowed = "none: the dimension is empty"
+    else:
+        allowed = f"{-size}..{size - 1}" if negative_index_support else f"0..{size - 1}"
+    note = ", negative_index_support=False" if value < 0 and not negative_index_support else ""
+    raise IndexError(
+        f"indices[{', '.join(map(str, position))}] = {value} is out of range for dimension "
+        f"{first_dim + component} of size {size} (allowed {allowed}{note})"
+    )
+
+
+def _coordinates(indices, params_shape, batch_dims: int, offset=()) -> list[np.ndarray]:
+    """Coordinates of every tuple along the merged dims of params, each an int64 array of the
+    tuples' shape (``indices.shape[:-1]``); values are already checked, negatives resolved."""
+    lead = indices.shape[:-1]
+    coords = []
+    for d in range(batch_dims):  # the batch coordinate is the tuple's own position
+        start = offset[d] if d < len(offset) else 0
+        axis = np.arange(start, start + lead[d], dtype=np.int64)
+        coords.append(np.broadcast_to(axis.reshape((-1,) + (1,) * (len(lead) - d - 1)), lead))
+    for k in range(indices.shape[-1]):
+        component = indices[..., k].astype(np.int64, copy=False)
+        size = params_shape[batch_dims + k]
+        if component.size and component.min() < 0:
+            component = np.where(component < 0, component + size, component)
+        coords.append(component)
+    return coords
+
+
+def _merged_view(params: np.ndarray, merged: int):
+    """params with its first ``merged`` dims as one axis if that is a view, else None."""
+    shape, strides = params.shape, params.strides
+    for k in range(merged - 1):
+        if shape[k + 1] != 1 and strides[k] != strides[k + 1] * shape[k + 1]:
+            return None
+    return params.reshape(math.prod(shape[:merged]), *shape[merged:])
+
+
+def _take(params: np.ndarray, coords: list[np.ndarray]) -> np.ndarray:
+    """params[coords] (one slice per tuple), through np.take on merged rows where possible."""
+    merged = _merged_view(params, len(coords))
+    if merged is None or len(coords) == 0:
+        return params[tuple(coords)]
+    rows = coords[0]
+    for k in range(1, len(coords)):
+        rows = rows * params.shape[k] + coords[k]
+    return np.take(merged, rows, axis=0)
+
+
+def gather_nd_kernel(params, indices, batch_dims: int, negative_index_support: bool, offset=()):
+    """GatherNd of NumPy arrays; ``offset`` places ``indices`` in a larger array for errors."""
+    c = indices.shape[-1]
+    check_index_values(
+        indices, params.shape[batch_dims : batch_dims + c], negative_index_support, batch_dims, offset
+    )
+    return _take(params, _coordinates(indices, params.shape, batch_dims, offset))
+
+
+# ---------------------------------------------------------------------------------------------
+# What tasks run on blocks
+
+
+def _gather_block(params, indices, b: int, negative: bool, offset):
+    return gather_nd_kernel(params, indices, b, negative, offset)
+
+
+def _gather_bucket(block, local):
+    return _take(block, list(local))
+
+
+def _scatter_rows(rows: np.ndarray, positions: np.ndarray, piece: np.ndarray) -> None:
+    """rows[positions] = piece, moving each row as one opaque item (faster than row fancy)."""
+    if rows.ndim > 1 and len(rows) and rows[0].nbytes and rows.flags.c_contiguous and piece.flags.c_contiguous:
+        item = np.dtype((np.void, rows[0].nbytes))
+        rows.reshape(len(rows), -1).view(item)[positions, 0] = piece.reshape(len(piece), -1).view(item)[:, 0]
+    else:
+        rows[positions] = piece
+
+
+def _assemble(shape, dtype, lead_ndim: int, parts):
+    """One output block: ``rows[positions] = piece[start:stop]`` for each part."""
+    out = np.empty(shape, dtype)
+    rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
+    for piece, start, stop, positions in parts:
+        _scatter_rows(rows, positions, piece[start:stop])
+    return out
+
+
+def _serve(block, *requests):
+    """Rows of one params block for each indices block's request (None where none)."""
+    return [None if r is None else _take(block, r[1]) for r in requests]
+
+
+def _assemble_requests(shape, dtype, lead_ndim: int, pieces, requests):
+    out = np.empty(shape, dtype)
+    rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
+    for piece, request in zip(pieces, requests):
+        if request is not None:
+            _scatter_rows(rows, request[0], piece)
+    return out
+
+
+def _block_rows(local: list[np.ndarray], blocks: list[np.ndarray], chunks) -> np.ndarray:
+    """Each tuple's row within its params block with the merged dims flattened (C order)."""
+    rows = np.zeros(len(local[0]) if local else 0, np.int64)
+    for coord, block, axis_chunks in zip(local, blocks, chunks):
+        rows = rows * np.asarray(axis_chunks, np.int64)[block] + coord
+    return rows
+
+
+def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
+    view = _merged_view(block, merged)
+    return view if view is not None else block.reshape(math.prod(block.shape[:merged]), *block.shape[merged:])
+
+
+def _runs(items: np.ndarray, sizes: np.ndarray, limit: int):
+    """``items`` in consecutive runs whose sizes add up to at most ``limit`` (a larger item
+    alone): what one request of several byte ranges reads at a time."""
+    first = 0
+    while first < len(items):
+        last, total = first + 1, sizes[first]
+        while last < len(items) and total + sizes[last] <= limit:
+            total += sizes[last]
+            last += 1
+        yield items[first:last]
+        first = last
+
+
+def _as_bytes(array: np.ndarray) -> memoryview:
+    """The bytes of an array in C order (any dtype, including ml_dtypes' bfloat16)."""
+    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
