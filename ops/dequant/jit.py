@@ -1,5 +1,5 @@
-"""The compiled row loop of AscendDequant (``ops.dequant.dequant_kernel``), in its own module so
-that numba is imported at the first dequantisation, not by ``import ops``.
+"""The compiled row loop of AscendDequant (``ops.dequant.kernel.dequant_kernel``), in its own
+module so that numba is imported at the first dequantisation, not by ``import ops``.
 """
 
 from __future__ import annotations

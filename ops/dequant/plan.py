@@ -1,0 +1,24 @@
+"""The chunk plan of AscendDequant: src row chunks in, (aligned src row chunks, scale row chunks) out.
+
+Row blocks with all n columns in one chunk; per-row scales are chunked with the rows, and for
+per_group with k_dim=0 the row chunks are aligned to multiples of group_size so each block
+sees whole scale rows.
+"""
+
+from __future__ import annotations
+
+from ops import _chunks
+
+
+def dequant_chunks(row_chunks, row_div: int):
+    """Plan: (src row chunks, scale row chunks or None). Columns are always one chunk.
+
+    ``row_div`` 0: one scale row for all (classic); 1: a scale row per src row; g: one per
+    g rows, with src row chunks aligned to multiples of g.
+    """
+    if row_div == 0:
+        return row_chunks, None
+    if row_div > 1:
+        row_chunks = _chunks.align(row_chunks, row_div)
+        return row_chunks, tuple(-(-c // row_div) for c in row_chunks)
+    return row_chunks, row_chunks
