@@ -4,8 +4,8 @@
 127.0.0.1; every operator runs Zarr -> op -> Zarr on them and its output is checked element by
 element against the NumPy kernels; no worker may restart and each worker's peak memory, from the
 workers' own metrics (system monitor samples every 50 ms and the kernel's VmHWM), must stay
-under its limit. The input here is small (64 MiB float32 and 64 MiB int32 in 4 MiB chunks,
-GatherNd with 20,000 index tuples) to fit the suite's time: it checks the plans run and stay
+under its limit. The input here is small (32 MiB float32 and 32 MiB int32 in 2 MiB chunks,
+GatherNd with 10,000 index tuples) to fit the suite's time: it checks the plans run and stay
 correct on worker processes with a memory limit. Streaming is proven by the benchmark, which
 runs the same at 3 GiB, four times the workers' total memory, and records it in
 bench/RESULTS.md.
@@ -19,7 +19,7 @@ from dask.utils import parse_bytes
 from bench import out_of_core as ooc
 
 MEMORY_LIMIT = "384MiB"
-SIZES = ooc.Sizes(gib=1 / 16, chunk_mib=4, tuples=20_000)
+SIZES = ooc.Sizes(gib=1 / 32, chunk_mib=2, tuples=10_000)
 OPERATORS = [name for name, case in ooc.CASES.items() if name not in ooc.COPIES and not case.disk_scratch]
 
 
@@ -42,8 +42,8 @@ def results(tmp_path_factory):
 
 
 def test_sizes_are_what_the_docstring_says():
-    assert SIZES.x_shape == (4, 64, 1024, 64) and SIZES.x_chunks == (1, 16, 1024, 64)
-    assert SIZES.src_shape == (4096, 4096) and SIZES.src_chunks == (256, 4096)
+    assert SIZES.x_shape == (4, 32, 1024, 64) and SIZES.x_chunks == (1, 8, 1024, 64)
+    assert SIZES.src_shape == (2048, 4096) and SIZES.src_chunks == (128, 4096)
 
 
 @pytest.mark.parametrize("name", OPERATORS)

@@ -577,7 +577,7 @@ def test_a_large_gather_writes_its_scratch_beside_the_output_and_removes_it(inpu
                                                                             bad):
     """Params past the broadcast limit (array.chunk-size lowered to 1 KiB): GatherNd's
     all-to-all goes through a scratch directory beside the output, gone when the run ends."""
-    gather_module = sys.modules["ops.gather_nd"]  # the module (ops.gather_nd is the function)
+    gather_module = sys.modules["ops.gather_nd.scratch_graph"]  # the scratch strategy's module
 
     used = []
     build_scratch = gather_module._build_scratch

@@ -238,7 +238,7 @@ def scheduler(tmp_path_factory):
 def _large_gather(s3_env, bucket, workspace, capsys, monkeypatch, *cluster: str) -> str:
     """GatherNd past the broadcast limit (array.chunk-size lowered to 1 KiB) from and to the
     bucket, checked against NumPy; the scratch URL its plan used (nothing of it left)."""
-    gather_module = sys.modules["ops.gather_nd"]
+    gather_module = sys.modules["ops.gather_nd.scratch_graph"]
     used = []
     build_scratch = gather_module._build_scratch
 

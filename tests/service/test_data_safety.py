@@ -31,7 +31,7 @@ from service.records import JobRecords
 from service.storage import ArrayStore
 from tests.helpers import assert_same, stores_as_made
 from tests.service.conftest import NPY, eventually, inline, load_npy, npy_bytes
-from tests.service.test_e2e_http import _alive, _descendants, start_server, stop_server
+from tests.service.test_e2e_http import start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[2]
 ASYNC = {"Prefer": "respond-async"}
@@ -537,53 +537,3 @@ def test_overwrite_while_readers_hammer_it(real_server):
     # The replaced versions are gone once nobody reads them.
     assert eventually(lambda: not any((real_server.root / "tmp").iterdir()), timeout=10), \
         list((real_server.root / "tmp").iterdir())
-
-
-def test_sigkill_mid_job_leaves_records_and_no_output(tmp_path):
-    """The service killed with SIGKILL while a job writes its result: after a restart the
-    records are readable, the job is failed (interrupted), and nothing is under its name."""
-    root = tmp_path / "data"
-    first = start_server(root, tmp_path / "first.log")
-    try:
-        put_answer = requests.put(f"{first.url}/arrays/kill_x", data=npy_bytes(np.zeros((16, 32, 32, 4), np.float32)),
-                                  headers={"Content-Type": NPY}, params={"chunks": "1,4,4,4"}, timeout=HTTP_TIMEOUT)
-        assert put_answer.status_code == 201, put_answer.text
-        submit = requests.post(f"{first.url}/processes/depth_to_space/execution", headers=ASYNC, json={
-            "inputs": {"x": {"href": "/arrays/kill_x"}, "block_size": 2},
-            "outputs": {"result": {"transmissionMode": "reference", "name": "kill_y"}}}, timeout=HTTP_TIMEOUT)
-        assert submit.status_code == 201, submit.text
-        job_id = submit.json()["jobID"]
-        deadline = time.monotonic() + 30
-        while (info := requests.get(f"{first.url}/jobs/{job_id}", timeout=HTTP_TIMEOUT).json())["message"] \
-                != "running on the cluster":
-            assert info["status"] in ("accepted", "running") and time.monotonic() < deadline, info
-            time.sleep(0.05)
-    finally:
-        family = first.children | _descendants(first.proc.pid)
-        first.proc.kill()
-        first.proc.wait(10)
-        for pid in family:  # the killed service's Dask workers: ours to end
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        assert eventually(lambda: not any(_alive(pid) for pid in family), timeout=10)
-
-    raw = sqlite3.connect(root / "jobs.sqlite")
-    try:
-        assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    finally:
-        raw.close()
-    second = start_server(root, tmp_path / "second.log")
-    try:
-        info = requests.get(f"{second.url}/jobs/{job_id}", timeout=HTTP_TIMEOUT).json()
-        if info["status"] == "successful":
-            pytest.skip("the job finished before SIGKILL reached the service")
-        assert info["status"] == "failed" and "interrupted" in info["message"], info
-        assert requests.get(f"{second.url}/arrays/kill_y/info", timeout=HTTP_TIMEOUT).status_code == 404
-        assert not (root / "arrays" / "kill_y").exists()
-        assert not any((root / "tmp").iterdir())
-        x = requests.get(f"{second.url}/arrays/kill_x", timeout=HTTP_TIMEOUT)
-        assert x.status_code == 200 and not load_npy(x.content).any()
-    finally:
-        stop_server(second)

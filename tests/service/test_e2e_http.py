@@ -2,8 +2,8 @@
 clients nobody on this project wrote: OWSLib (OGC API - Processes), xarray/zarr over HTTP
 (fsspec + aiohttp), and plain ``requests`` as the README's curl session would do it.
 
-One server is started per module (an embedded LocalCluster with one worker process); the
-restart tests start their own servers, one after another, on a private data root.
+One server is started per module (an embedded LocalCluster with one worker process). The
+service stopped or killed mid-job and restarted is tests/service/test_faults.py's.
 """
 
 from __future__ import annotations
@@ -241,13 +241,6 @@ def run_job(url: str, process_id: str, inputs: dict, result_name: str | None = N
     info, _ = wait_job(url, answer.json()["jobID"])
     assert info["status"] == "successful", info
     return info
-
-
-def result_name_of(info: dict) -> str:
-    """The stored result array a successful job links to."""
-    hrefs = [link["href"] for link in info["links"] if link["rel"] == "related"]
-    assert len(hrefs) == 1, info
-    return hrefs[0].rstrip("/").rsplit("/", 1)[1]
 
 
 def decode_value(qualified: dict) -> np.ndarray:
@@ -561,94 +554,6 @@ def test_bad_parameter_is_400_with_ops_message(url):
 
 
 # --- restart --------------------------------------------------------------------------------
-
-class Servers:
-    """Servers started one after another on one private data root (function-scoped)."""
-
-    def __init__(self, base: Path):
-        self.base = base
-        self.root = base / "data"
-        self.running: list[Server] = []
-
-    def start(self) -> Server:
-        server = start_server(self.root, self.base / f"server-{len(self.running)}.log")
-        self.running.append(server)
-        return server
-
-    def stop(self, server: Server) -> None:
-        self.running.remove(server)
-        stop_server(server)
-
-
-@pytest.fixture
-def servers(tmp_path):
-    own = Servers(tmp_path)
-    yield own
-    for server in list(own.running):
-        own.stop(server)
-
-
-def test_restart_keeps_finished_jobs_and_fails_the_interrupted_one(servers):
-    """One restart (two service starts, the costly part here) for both: a finished job keeps
-    its record and result; a job running when the service is stopped (SIGTERM) is failed after
-    the restart, with a message saying the service stopped, and no part of its result is
-    visible."""
-    rng = np.random.default_rng(7)
-    x = rng.integers(0, 255, size=(2, 4, 4, 8), dtype=np.uint8)
-    first = servers.start()
-    put_npy(first.url, "restart_x", x)
-    info = run_job(first.url, "depth_to_space", {"x": {"href": "/arrays/restart_x"}, "block_size": 2}, "restart_y")
-    job_id = info["jobID"]
-    # ~1000 small chunks: the job runs for seconds on one worker.
-    put_npy(first.url, "slow_x", np.zeros((16, 32, 32, 4), np.float32), chunks="1,4,4,4")
-    submit = requests.post(f"{first.url}/processes/depth_to_space/execution", timeout=HTTP_TIMEOUT,
-                           headers={"Prefer": "respond-async"}, json={
-                               "inputs": {"x": {"href": "/arrays/slow_x"}, "block_size": 2},
-                               "outputs": {"result": {"transmissionMode": "reference", "name": "slow_y"}}})
-    assert submit.status_code == 201, submit.text
-    slow_id = submit.json()["jobID"]
-    deadline = time.monotonic() + JOB_TIMEOUT
-    while (info := requests.get(f"{first.url}/jobs/{slow_id}", timeout=HTTP_TIMEOUT).json())["message"] \
-            != "running on the cluster":
-        assert info["status"] in ("accepted", "running") and time.monotonic() < deadline, info
-        time.sleep(0.05)
-    servers.stop(first)
-
-    second = servers.start()
-    # the finished job
-    jobs = requests.get(f"{second.url}/jobs", timeout=HTTP_TIMEOUT)
-    assert jobs.status_code == 200
-    listed = {j["jobID"]: j for j in jobs.json()["jobs"]}
-    assert job_id in listed, listed
-    assert listed[job_id]["status"] == "successful"
-    assert listed[job_id]["processID"] == "depth_to_space"
-    assert result_name_of(listed[job_id]) == "restart_y"
-    status = requests.get(f"{second.url}/jobs/{job_id}", timeout=HTTP_TIMEOUT).json()
-    assert status["status"] == "successful" and status["progress"] == 100
-    results = requests.get(f"{second.url}/jobs/{job_id}/results", timeout=HTTP_TIMEOUT)
-    assert results.status_code == 200 and results.json()["result"]["href"].endswith("/arrays/restart_y")
-    download = requests.get(f"{second.url}/arrays/restart_y", timeout=HTTP_TIMEOUT)
-    assert download.status_code == 200
-    assert_same_bytes(load_npy(download.content), ops.depth_to_space(x, 2))
-    # the interrupted job
-    info = requests.get(f"{second.url}/jobs/{slow_id}", timeout=HTTP_TIMEOUT).json()
-    if info["status"] == "successful":
-        pytest.skip("the slow job finished before SIGTERM reached the service")
-    assert info["status"] == "failed", info
-    assert "interrupted" in info["message"] and "stopped" in info["message"], info
-    results = requests.get(f"{second.url}/jobs/{slow_id}/results", timeout=HTTP_TIMEOUT)
-    problem = results.json()
-    assert results.status_code != 503 and problem["status"] == results.status_code, problem
-    assert problem["type"].startswith(("http://", "https://")), problem
-    assert "interrupted" in problem["detail"], problem
-    assert requests.get(f"{second.url}/arrays/slow_y", timeout=HTTP_TIMEOUT).status_code == 404
-    assert not any((servers.root / "tmp").iterdir())
-    # The name is free again: the job can be submitted anew under it.
-    again = requests.post(f"{second.url}/processes/depth_to_space/execution", timeout=HTTP_TIMEOUT, json={
-        "inputs": {"x": inline(np.zeros((1, 2, 2, 4), np.float32)), "block_size": 2},
-        "outputs": {"result": {"transmissionMode": "reference", "name": "slow_y"}}})
-    assert again.status_code == 200, again.text
-
 
 def test_healthz_reports_the_cluster(url):
     """``/healthz`` describes the embedded cluster the flags asked for."""

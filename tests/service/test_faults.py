@@ -22,6 +22,7 @@ import gc
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -328,24 +329,70 @@ class ServiceProcess:
                 self.proc.wait(timeout=10)
 
 
-def test_the_service_killed_mid_job_and_restarted(healthy, tmp_path):
+def test_the_service_stopped_then_killed_mid_job_and_restarted(healthy, tmp_path):
+    """Two interruptions of one service (three starts, the costly part, shared):
+
+    - stopped (SIGTERM) while a job runs: after the restart a finished job keeps its record and
+      result, the running one is failed with a message saying the service stopped, no part of
+      its result is visible and its name is free again;
+    - killed (SIGKILL) while a job writes its result: the job records are whole; after the
+      restart the job is failed (interrupted), nothing is under its name or in tmp/, its tasks
+      are gone from the cluster, its inputs are intact, and the name can be used again."""
     cluster = healthy
     root = tmp_path / "root"
     logs = tmp_path / "logs"
     logs.mkdir()
     service = ServiceProcess(root, cluster.address, logs)
+    x = np.random.default_rng(7).integers(0, 255, size=(2, 4, 4, 8), dtype=np.uint8)
     try:
         http = service.start()
+        upload(http, "restart-x", x)
+        done_id = submit(http, "depth_to_space", {"x": {"href": "/arrays/restart-x"}, "block_size": 2},
+                         result_name="restart-done")
+        assert wait_job(http, done_id)[0]["status"] == "successful"
         inputs, expected = gather_inputs(http, 200_000, 5_000, "restart")  # 40 blocks of 2.5 MiB
-        job_id = submit(http, "gather_nd", inputs, result_name="restart-y")
+        indices_before = download(http, "restart-indices")
+        stopped_id = submit(http, "gather_nd", inputs, result_name="restart-y")
+        wait_executing(cluster)
+        service.stop()
+        http.close()
+
+        http = service.start()
+        listed = {job["jobID"]: job for job in http.get("/jobs").json()["jobs"]}
+        assert listed[done_id]["status"] == "successful" and listed[done_id]["processID"] == "depth_to_space"
+        related = [link["href"] for link in listed[done_id]["links"] if link["rel"] == "related"]
+        assert [href.rstrip("/").rsplit("/", 1)[1] for href in related] == ["restart-done"], listed[done_id]
+        status = http.get(f"/jobs/{done_id}").json()
+        assert status["status"] == "successful" and status["progress"] == 100, status
+        results = http.get(f"/jobs/{done_id}/results")
+        assert results.status_code == 200 and results.json()["result"]["href"].endswith("/arrays/restart-done")
+        assert_bit_exact(download(http, "restart-done"), ops.depth_to_space(x, 2))
+        final = http.get(f"/jobs/{stopped_id}").json()
+        assert final["status"] == "failed", final
+        assert "interrupted" in final["message"] and "stopped" in final["message"], final
+        results = http.get(f"/jobs/{stopped_id}/results")
+        problem = results.json()
+        assert results.status_code == 500 and problem["status"] == 500, problem
+        assert problem["type"].startswith(("http://", "https://")) and "interrupted" in problem["detail"], problem
+        assert http.get("/arrays/restart-y/info").status_code == 404
+        assert list((root / "tmp").iterdir()) == []
+        assert eventually(lambda: processing(cluster.client) == []), processing(cluster.client)
+
+        job_id = submit(http, "gather_nd", inputs, result_name="restart-y")  # the name is free again
         wait_executing(cluster)
         assert eventually(lambda: job_leftovers(root, job_id), timeout=5), "the job wrote nothing yet"
         assert http.get(f"/jobs/{job_id}").json()["status"] == "running"
         service.kill()
         http.close()
+        raw = sqlite3.connect(root / "jobs.sqlite")
+        try:
+            assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            raw.close()
 
         http = service.start()
         assert list((root / "tmp").iterdir()) == []  # swept at start
+        assert not (root / "arrays" / "restart-y").exists()
         final = http.get(f"/jobs/{job_id}").json()
         assert final["status"] == "failed", final
         assert "interrupted" in final["message"], final
@@ -359,9 +406,9 @@ def test_the_service_killed_mid_job_and_restarted(healthy, tmp_path):
         assert eventually(lambda: processing(cluster.client) == []), processing(cluster.client)
         assert eventually(lambda: workers_idle(cluster.client))
         assert list((root / "tmp").iterdir()) == []
+        assert_bit_exact(download(http, "restart-indices"), indices_before)  # the inputs are intact
         # a new job (under the same output name, on a tenth of the indices) runs to success
-        indices = download(http, "restart-indices")[:20_000]
-        upload(http, "restart-fewer", indices, chunks="2500,1")
+        upload(http, "restart-fewer", indices_before[:20_000], chunks="2500,1")
         job_id = submit(http, "gather_nd", {**inputs, "indices": {"href": "/arrays/restart-fewer"}},
                         result_name="restart-y")
         final, _ = wait_job(http, job_id, timeout=60)
@@ -371,7 +418,6 @@ def test_the_service_killed_mid_job_and_restarted(healthy, tmp_path):
         http.close()
     finally:
         service.stop()
-
 
 def assert_cluster_unavailable(api, tmp_path: Path, name: str) -> None:
     """``/healthz`` and a sync execution answer 503 within bounded time; a job submitted now
@@ -413,7 +459,7 @@ def test_the_scheduler_frozen_or_gone_is_503_then_recovered(healthy, tmp_path):
     x = np.random.default_rng(5).standard_normal((2, 8, 8, 16), dtype=np.float32)
     # (a scheduler that has just started, on a busy machine, may take seconds to answer: the
     # bounds below are "never a hang", not speed)
-    with service_app(tmp_path, cluster.address, scheduler_timeout=5) as api:
+    with service_app(tmp_path, cluster.address, scheduler_timeout=3) as api:
         upload(api, "sched-x", x, chunks="1,4,4,16")
         assert api.get("/healthz").status_code == 200
         inputs, _ = gather_inputs(api, 400_000, 10_000, "frozen")  # 40 blocks of 5 MiB
@@ -433,11 +479,7 @@ def test_the_scheduler_frozen_or_gone_is_503_then_recovered(healthy, tmp_path):
         finally:
             cluster.kill_scheduler()  # a stopped process dies of SIGKILL too
         assert_cluster_unavailable(api, tmp_path, "gone")  # killed: refused connections now
-        # the workers of the gone scheduler stop by themselves (or are stopped); a new scheduler
-        # on the same port, new workers: the service reconnects without a restart
-        for proc in cluster.workers:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        # a new scheduler on the same port, new workers: the service reconnects without a restart
         cluster.stop_workers()
         cluster.start_scheduler()
         cluster.start_workers(2)
