@@ -278,16 +278,12 @@ def test_exit_codes_one_line_each(inputs, tmp_path):
     are checked in process below (the same code without the process start)."""
     image = str(inputs / "image.zarr")
     out = str(tmp_path / "out.zarr")
-    (tmp_path / "taken.zarr").mkdir()
-    (tmp_path / "taken.zarr" / "keep.txt").write_text("mine")
     broken = write_array(tmp_path / "broken.zarr", IMAGE, (1, 8, 8, 16))
     (broken / "c" / "1" / "0" / "0" / "0").write_bytes(b"not a compressed chunk")  # read only on a worker
     address = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens there
-    bad_param, missing, taken, unreachable, failed = run_all([
+    bad_param, missing, unreachable, failed = run_all([
         command("depth_to_space", "--input", image, "--output", out, "--param", "block_size=1"),
         command("depth_to_space", "--input", str(tmp_path / "missing.zarr"), "--output", out,
-                "--param", "block_size=2"),
-        command("depth_to_space", "--input", image, "--output", str(tmp_path / "taken.zarr"),
                 "--param", "block_size=2"),
         command("depth_to_space", "--input", image, "--output", out, "--param", "block_size=2",
                 "--scheduler", address, "--scheduler-timeout", "2"),
@@ -297,7 +293,6 @@ def test_exit_codes_one_line_each(inputs, tmp_path):
     ], tmp_path)
     assert_fails(bad_param, 2, ops_error(ops.depth_to_space, IMAGE, 1))
     assert_fails(missing, 3, f"input {tmp_path / 'missing.zarr'}: no such file or directory")
-    assert_fails(taken, 3, f"output {tmp_path / 'taken.zarr'} exists; pass --overwrite to replace it")
     assert unreachable.returncode == 4, unreachable.stderr
     assert unreachable.stderr.startswith(f"chunked-tensor-ops run: error: the Dask scheduler at {address} is "
                                          "unreachable"), unreachable.stderr
@@ -311,7 +306,6 @@ def test_exit_codes_one_line_each(inputs, tmp_path):
     *progress, last = failed.stderr.strip().splitlines()
     assert last.startswith("chunked-tensor-ops run: error: the computation failed: "), failed.stderr
     assert all(re.fullmatch(r"\[[# ]+\] +\d+% \d+/\d+ tasks [\d.]+ s", line) for line in progress), progress
-    assert (tmp_path / "taken.zarr" / "keep.txt").read_text() == "mine"  # refused, untouched
     assert not (tmp_path / "out.zarr").exists()  # no output from any failure, not even a partial one
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.zarr")] == []
 
@@ -347,6 +341,8 @@ def usage_cases(inputs: Path, tmp_path: Path):
     out = str(tmp_path / "out.zarr")
     scene = inputs / "scene.zarr"
     (tmp_path / "not-zarr").mkdir(exist_ok=True)
+    (tmp_path / "taken.zarr").mkdir(exist_ok=True)
+    (tmp_path / "taken.zarr" / "keep.txt").write_text("mine")
     return [
         # (arguments, exit code, message)
         (["depth_to_space", "--input", image, "--output", out, "--param", "block_size=3"], 2,
@@ -388,6 +384,8 @@ def usage_cases(inputs: Path, tmp_path: Path):
         (["depth_to_space", "--input", image, "--output", str(tmp_path / "no" / "out.zarr"),
           "--param", "block_size=2"], 3, f"output {tmp_path / 'no' / 'out.zarr'}: the directory "
                                          f"{tmp_path / 'no'} does not exist"),
+        (["depth_to_space", "--input", image, "--output", str(tmp_path / "taken.zarr"), "--param", "block_size=2"],
+         3, f"output {tmp_path / 'taken.zarr'} exists; pass --overwrite to replace it"),
     ]
 
 
@@ -402,7 +400,8 @@ def test_usage_errors_name_the_parameter_the_rule_and_the_value(inputs, tmp_path
                                      "--output", str(tmp_path / "out.zarr"), "--param", "block_size=2")
     assert code == 3 and err.startswith(f"chunked-tensor-ops run: error: input {tmp_path / 'not-zarr'} is not a "
                                         "readable Zarr array or group: ") and err.count("\n") == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-zarr"]
+    assert (tmp_path / "taken.zarr" / "keep.txt").read_text() == "mine"  # refused, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-zarr", "taken.zarr"]
 
 
 def test_verbose_shows_the_traceback(inputs, tmp_path, capsys):
