@@ -1,0 +1,352 @@
+"""BatchToSpaceND as a Dask graph: the plan every strategy builds from
+(``_BatchToSpacePlan``), the strategies, one function each, and the rule that picks one
+(``_choose_batch_to_space``).
+
+A batch axis in one chunk stays so, and each input block (all P groups of its rows) is one
+output block, in one pass. Otherwise each output block interleaves the same block of each of
+the P groups (``plan.batch_to_space_nd_chunks``). Crops only trim edge blocks; input blocks
+that are cropped away entirely are not read. A crop before the first row of a chunked axis
+would make the first block short (not a Zarr chunk): the output blocks are then counted from
+the first kept row on every spatial axis (``plan._shifted_rows``), and a block takes the few
+rows it needs of the next chunks from the task that reads them.
+
+Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zarr array) are
+read by the tasks themselves (``_block_reads``) instead of through the input's block tasks.
+A task reads the P chunks that feed P output blocks and makes those (a bundle, while P
+chunks fit in half of ``array.chunk-size``); otherwise each output block reads its 1/P of
+one chunk of each group (P decodes or downloads of a chunk, nothing held).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import operator
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from ops import _block_reads, _chunks, _fused_stores, _lazy
+from ops.space_batch.graph import _graph, _largest_block_bytes
+from ops.space_batch.kernel import (
+    _batch_to_space_block,
+    _batch_to_space_bundle_blocks,
+    _batch_to_space_gathered,
+    _batch_to_space_joined,
+    _batch_to_space_local,
+    _batch_to_space_reader,
+    _export,
+    batch_to_space_nd_kernel,
+)
+from ops.space_batch.plan import (
+    _local_crops,
+    _owned_windows,
+    _shifted_block,
+    _shifted_chunks,
+    _shifted_reads,
+    _shifted_rows,
+    batch_to_space_nd_chunks,
+)
+
+
+def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.Array:
+    """BatchToSpaceND of a Dask array: the graph of the strategy ``_choose_batch_to_space`` picks."""
+    plan = _BatchToSpacePlan.of(x, block_shape, crops, out_shape)
+    return _choose_batch_to_space(plan)(plan)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _BatchToSpacePlan:
+    """What every BatchToSpaceND strategy builds from."""
+
+    x: da.Array  #: the input, rechunked to ``in_chunks`` unless its tasks read the source
+    block_shape: tuple
+    source: _block_reads.BlockReads | None  #: x's source, when the tasks read it themselves
+    pieces: list | None  #: per axis, each chunk of in_chunks as (source chunk, local slice)
+    in_chunks: tuple  #: ``batch_to_space_nd_chunks``' plan: input chunks, kept chunks, output chunks
+    kept: tuple
+    out_chunks: tuple
+    local_crops: list  #: per spatial axis, the crops of each kept input chunk
+    token: str
+    shifted: list | None  #: ``_shifted_rows`` of each spatial axis, if the output is counted from the first kept row
+    shifted_chunks: tuple | None  #: the output chunks of ``shifted``
+
+    @classmethod
+    def of(cls, x: da.Array, block_shape, crops, out_shape) -> _BatchToSpacePlan:
+        in_chunks, kept, out_chunks = batch_to_space_nd_chunks(x.chunks, block_shape, crops)
+        # The plan's blocks read from the source inside the task that needs them, when x is a
+        # plain from_array/from_zarr and the plan only splits its chunks: no rechunk tasks, no
+        # input block held for its P readers (nor sent to another worker).
+        # From an object store too: a split block is then downloaded P times, but the rechunk
+        # plan holds P pieces of every block in worker memory, which with s3fs's buffers on top
+        # is more than small (384 MiB) workers survive.
+        source = _block_reads.BlockReads.of(x)
+        pieces = source and _block_reads.refined(x.chunks, in_chunks)
+        if pieces is None:
+            source = None
+            if in_chunks != x.chunks:
+                x = x.rechunk(in_chunks)
+        m = len(block_shape)
+        local_crops = [
+            _local_crops(in_chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
+            for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))
+        ]
+        token = tokenize(x, block_shape, crops)
+        # A crop before the first row makes the first block short, and a Zarr store needs
+        # regular chunks: to_zarr would rechunk the whole output. Blocks counted from the first
+        # kept row on every spatial axis instead, when each runs into at most the next chunk.
+        shifted = shifted_chunks = None
+        if all(out_shape[1 : 1 + m]) and not all(map(_chunks.zarr_regular, out_chunks[1 : 1 + m])):
+            shifted = [_shifted_rows(x.chunks[1 + i], b, lo, out_shape[1 + i], max(out_chunks[1 + i]))
+                       for i, (b, (lo, _)) in enumerate(zip(block_shape, crops))]
+            shifted = None if None in shifted else shifted
+        if shifted is not None:
+            shifted_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
+                              *out_chunks[1 + m :])
+        return cls(x, block_shape, source, pieces, in_chunks, kept, out_chunks, local_crops, token, shifted,
+                   shifted_chunks)
+
+    @property
+    def name(self) -> str:
+        return f"batch_to_space_nd-{self.token}"
+
+    @property
+    def groups(self) -> int:
+        return math.prod(self.block_shape)
+
+    @property
+    def single(self) -> bool:
+        """Whether the batch axis is one chunk: each input block holds all P groups of its rows."""
+        return len(self.in_chunks[0]) == 1
+
+    @property
+    def unsplit(self) -> bool:
+        """Whether the plan's input blocks are x's own."""
+        return self.in_chunks == self.x.chunks
+
+    @property
+    def keeps_every_block(self) -> bool:
+        """Whether the crops leave some of every input block on every spatial axis."""
+        m = len(self.block_shape)
+        return all(k == (0, n) for k, n in zip(self.kept, self.x.numblocks[1 : 1 + m]))
+
+    def block(self, index):
+        """Input block ``index`` of the plan: x's key, or a read of its source."""
+        if self.source is None:
+            return (self.x.name, *index)
+        return self.source.read(
+            tuple(self.pieces[a][i][0] for a, i in enumerate(index)),
+            tuple(self.pieces[a][i][1] for a, i in enumerate(index)),
+        )
+
+
+def _choose_batch_to_space(plan: _BatchToSpacePlan):
+    """The strategy for BatchToSpaceND of ``plan``.
+
+    With the batch axis in one chunk: shifted blocks when the output is counted from the
+    first kept row, else a blockwise map when every input block is kept, else a task per
+    block. With it chunked: bundles when x's source is read and P chunks fit in half of
+    Dask's chunk size (shifted bundles when the output is counted from the first kept row),
+    else a task per block reading one block of each group.
+    """
+    if plan.single and plan.unsplit and plan.shifted is not None:
+        return _build_batch_to_space_single_shifted
+    if plan.single and plan.unsplit and plan.keeps_every_block:
+        return _build_batch_to_space_blockwise
+    if plan.single:
+        return _build_batch_to_space_single
+    # Each output block reads a part of P source chunks (one per group), and each of those
+    # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
+    # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
+    # once and makes its P output blocks.
+    # A worker holds up to two bundles when the scheduler queues a second root task on it
+    # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0, one: deploy/README.md).
+    bundled = plan.source is not None and plan.groups * _largest_block_bytes(plan.x) <= _chunks.target_bytes() // 2
+    if bundled and plan.shifted is not None:
+        return _build_batch_to_space_shifted
+    if bundled:
+        return _build_batch_to_space_bundles
+    return _build_batch_to_space_groups
+
+
+# ---------------------------------------------------------------------------------------------
+# The strategies: each takes the plan
+
+
+def _build_batch_to_space_blockwise(plan: _BatchToSpacePlan) -> da.Array:
+    """Each input block is one output block: a blockwise map, which Dask fuses with the read
+    of the block and the write of the result."""
+    x = plan.x
+    return x.map_blocks(
+        _batch_to_space_local, list(plan.block_shape), plan.local_crops,
+        chunks=plan.out_chunks, dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype), name=plan.name,
+    )
+
+
+def _build_batch_to_space_single(plan: _BatchToSpacePlan) -> da.Array:
+    """A task per kept input block, each holding all P groups of its rows: one pass, as the
+    NumPy kernel does, cropped as the block's place says."""
+    m = len(plan.block_shape)
+    layer = {}
+    for index, spatial, block_crops in _output_blocks(plan):
+        task = plan.block((0, *spatial, *index[1 + m :]))
+        layer[(plan.name, *index)] = (batch_to_space_nd_kernel, task, list(plan.block_shape), block_crops)
+    return _array(plan, layer, plan.out_chunks)
+
+
+def _build_batch_to_space_groups(plan: _BatchToSpacePlan) -> da.Array:
+    """A task per output block, taking the same block of each of the P groups."""
+    layer = {}
+    for index, spatial, block_crops in _output_blocks(plan):
+        blocks = [plan.block(b) for b in _group_blocks(plan, index, spatial)]
+        layer[(plan.name, *index)] = (_batch_to_space_block, blocks, list(plan.block_shape), block_crops)
+    return _array(plan, layer, plan.out_chunks)
+
+
+def _build_batch_to_space_bundles(plan: _BatchToSpacePlan) -> da.Array:
+    """A task per set of P source chunks (a bundle) reads each once and makes the output
+    blocks they feed; an output block is its bundle's result at its position."""
+    bundle_name = f"batch_to_space_nd-bundle-{plan.token}"
+    bundles: dict[tuple, list] = {}  # source chunks -> (output index, crops, parts) of each output block
+    for index, spatial, block_crops in _output_blocks(plan):
+        in_blocks = _group_blocks(plan, index, spatial)
+        sources = [tuple(plan.pieces[a][i][0] for a, i in enumerate(b)) for b in in_blocks]
+        unique = tuple(dict.fromkeys(sources))
+        parts = [(unique.index(src), tuple(plan.pieces[a][i][1] for a, i in enumerate(b)))
+                 for src, b in zip(sources, in_blocks)]
+        bundles.setdefault(unique, []).append((index, block_crops, parts))
+    layer = {}
+    for number, (unique, outputs) in enumerate(bundles.items()):
+        key = (bundle_name, number)
+        # The reads as data ([getter, source, slices, ...]: a list is not a task), made by
+        # the bundle one at a time.
+        reads = [list(plan.source.read(b)) for b in unique]
+        bundle = [(crops, parts) for _, crops, parts in outputs]
+        layer[key] = (_batch_to_space_bundle, reads, bundle, list(plan.block_shape))
+        for position, (index, _, _) in enumerate(outputs):
+            layer[(plan.name, *index)] = (operator.getitem, key, position)
+    return _array(plan, layer, plan.out_chunks)
+
+
+def _build_batch_to_space_single_shifted(plan: _BatchToSpacePlan) -> da.Array:
+    """BatchToSpaceND with the batch axis in one chunk, its output blocks counted on each
+    spatial axis from the first row the crop keeps (``plan.shifted``; their chunks:
+    ``plan.shifted_chunks``), so that they are Zarr chunks as they are. A block takes the
+    rows of one input chunk and a few of the next (the crop's) on each axis. Each input chunk
+    is read once, whole, by the block that takes most of it; that block's reader copies out
+    the rows the other blocks take, which make their own blocks from their rows and those (no
+    rechunk, no chunk read twice)."""
+    x, source, shifted, token = plan.x, plan.source, plan.shifted, plan.token
+    m = len(plan.block_shape)
+    name, reader_name, export_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-reader", "-export"))
+    # SpaceToBatchND's halo plan: for each block, the chunks it reads, its boxes of them, the
+    # boxes it copies out for others and the boxes it takes from others' copies.
+    windows = _owned_windows([_shifted_reads(rows) for rows in shifted], 1, x.numblocks[1 + m :])
+    layer = {}
+    for key, (reads, own, exports, imports) in windows.items():
+        chunks = [(0, *ks, *key[1 + m :]) for ks in reads]
+        reader_key = (reader_name, *key[1:])
+        layer[reader_key] = (_batch_to_space_reader,
+                             [source.read(i) if source is not None else (x.name, *i) for i in chunks], own, exports)
+        for e in range(len(exports)):
+            layer[(export_name, *key[1:], e)] = (_export, reader_key, e)
+    for key, (_, _, _, imports) in windows.items():
+        rows, crops = _shifted_block(shifted, key[1 : 1 + m])
+        boxes = [[(export_name, *owner[1:], e), origin] for owner, e, origin in imports]
+        layer[(name, *key)] = (_batch_to_space_gathered, (reader_name, *key[1:]), boxes, rows,
+                               list(plan.block_shape), crops)
+    return _array(plan, layer, plan.shifted_chunks)
+
+
+def _build_batch_to_space_shifted(plan: _BatchToSpacePlan) -> da.Array:
+    """BatchToSpaceND in bundles, its output blocks counted on each spatial axis from the
+    first row the crop keeps (``plan.shifted``; their chunks: ``plan.shifted_chunks``). A
+    block within one input chunk is made by that chunk's bundle; a block that runs into the
+    next chunk on some axis is joined in a task of its own from its parts, each made by the
+    bundle of the chunk it lies in (a few rows: the crop's)."""
+    x, source, pieces, shifted, token = plan.x, plan.source, plan.pieces, plan.shifted, plan.token
+    m = len(plan.block_shape)
+    groups = plan.groups
+    batch_blocks = len(plan.in_chunks[0]) // groups
+    name, bundle_name, part_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-bundle", "-part"))
+    reads = [_shifted_reads(rows) for rows in shifted]
+    bundles: dict[tuple, list] = {}  # source chunks -> [(crops or None, parts)] of each output
+    outputs: dict[tuple, tuple] = {}  # output block -> ([(bundle's source chunks, position)], origins, rows, crops)
+    layer = {}
+
+    def parts_of(n, box, rest):
+        """The source chunks of one bundle and the part each group takes of its own chunk."""
+        sources, parts = [], []
+        for g in range(groups):
+            first, local = pieces[0][g * batch_blocks + n]
+            chunk = (first, *(k for k, *_ in box), *rest)
+            sources.append(chunk)
+            parts.append((chunk, (local, *(slice(a, z) for _, a, z, _ in box), *(slice(None),) * len(rest))))
+        unique = tuple(dict.fromkeys(sources))
+        return unique, [(unique.index(chunk), slices) for chunk, slices in parts]
+
+    for n in range(batch_blocks):
+        for spatial in np.ndindex(*map(len, shifted)):
+            boxes = list(itertools.product(*(reads[i][k] for i, k in enumerate(spatial))))
+            rows, crops = _shifted_block(shifted, spatial)
+            for rest in np.ndindex(*x.numblocks[1 + m :]):
+                made = []
+                for box in boxes:
+                    unique, parts = parts_of(n, box, rest)
+                    made.append((unique, len(bundles.setdefault(unique, []))))
+                    bundles[unique].append((crops if len(boxes) == 1 else None, parts))
+                origins = [[origin for *_, origin in box] for box in boxes]
+                outputs[(n, *spatial, *rest)] = (made, origins, rows, crops)
+    numbers = {unique: number for number, unique in enumerate(bundles)}
+    for unique, bundle in bundles.items():
+        key = (bundle_name, numbers[unique])
+        layer[key] = (_batch_to_space_bundle, [list(source.read(b)) for b in unique], bundle,
+                      list(plan.block_shape))
+    for index, (made, origins, rows, crops) in outputs.items():
+        picks = [(operator.getitem, (bundle_name, numbers[unique]), position) for unique, position in made]
+        if len(picks) == 1:
+            layer[(name, *index)] = picks[0]
+            continue
+        parts = []
+        for j, pick in enumerate(picks):
+            layer[(part_name, *index, j)] = pick
+            parts.append((part_name, *index, j))
+        layer[(name, *index)] = (_batch_to_space_joined, parts, origins, rows, list(plan.block_shape), crops)
+    return _array(plan, layer, plan.shifted_chunks)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the strategies share
+
+
+def _output_blocks(plan: _BatchToSpacePlan):
+    """Each output block of ``plan.out_chunks``: (its index, the spatial index of the input
+    blocks it reads, its crops on each spatial axis)."""
+    m = len(plan.block_shape)
+    for index in np.ndindex(*map(len, plan.out_chunks)):
+        # Spatial block k of the output is input chunk kept[i][0] + k (of every group).
+        spatial = [index[1 + i] + plan.kept[i][0] for i in range(m)]
+        yield index, spatial, [plan.local_crops[i][index[1 + i]] for i in range(m)]
+
+
+def _group_blocks(plan: _BatchToSpacePlan, index, spatial) -> list[tuple]:
+    """The input blocks output block ``index`` reads with the batch axis chunked: the same
+    block of each of the P groups."""
+    m = len(plan.block_shape)
+    batch_blocks = len(plan.in_chunks[0]) // plan.groups
+    return [(g * batch_blocks + index[0], *spatial, *index[1 + m :]) for g in range(plan.groups)]
+
+
+def _array(plan: _BatchToSpacePlan, layer: dict, chunks) -> da.Array:
+    """The output array of ``layer``'s blocks (``plan.name``) with ``chunks``."""
+    graph = _graph(plan.name, layer, plan.x, plan.source)
+    return da.Array(graph, plan.name, chunks=chunks, meta=_lazy.meta(plan.x.ndim, plan.x.dtype))
+
+
+@_fused_stores.streams(_batch_to_space_bundle_blocks)
+def _batch_to_space_bundle(reads, outputs, block_shape):
+    """The output blocks fed by one bundle of source chunks, as a tuple. In a store graph
+    (``ops.fusing_stores``) the bundle writes each block as it makes it instead."""
+    return tuple(_batch_to_space_bundle_blocks(reads, outputs, block_shape))

@@ -1,0 +1,295 @@
+"""SpaceToBatchND as a Dask graph: the strategies, one function each, and the rule that picks
+one (``_choose_space_to_batch``).
+
+The input keeps its chunks (``plan.space_to_batch_nd_chunks``). A batch axis in one chunk
+(one image, the common case) gives one output block per input block holding all P block
+offsets; several batch chunks give P output blocks per input block (one per group, views of
+one task's result). Blocks of padding only are zeros that read no input. The strategies:
+
+- blockwise: every output block is one whole input block; a map that Dask fuses with the
+  Zarr read and write.
+- from blocks: each window's task takes the input blocks under it; the few boundary rows it
+  needs of a neighbour (a halo) are sliced off that block in a small task, so the neighbour
+  block never travels.
+- region reads: the input is read straight from an array (``da.from_zarr``, ``da.from_array``
+  of a Zarr array) and each window lies in one input block: its task reads that from the
+  source itself.
+- owned halos: the same source with halos: each chunk is read whole by the window that takes
+  most of it, which copies out its neighbours' halo rows, so that no chunk is decoded twice.
+
+From a source, with the batch axis chunked, a window spans as many blocks of the first
+spatial axis as fit in a quarter of ``array.chunk-size``, so output blocks are not 1/P of an
+input block (with region reads, when no chunk is then read by two windows).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from ops import _block_reads, _chunks, _fused_stores, _lazy
+from ops.space_batch.graph import _graph, _largest_block_bytes
+from ops.space_batch.kernel import (
+    _edge,
+    _export,
+    _groups,
+    _space_to_batch_group_blocks,
+    _space_to_batch_pieces,
+    _space_to_batch_window,
+    _with_halos,
+    _with_halos_group_blocks,
+    space_to_batch_nd_kernel,
+)
+from ops.space_batch.plan import _each_chunk_read_once, _owned_windows, _whole_blocks, space_to_batch_nd_chunks
+
+
+def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
+    """SpaceToBatchND of a Dask array: the graph of the strategy ``_choose_space_to_batch`` picks."""
+    build, out_chunks, reads, stored = _choose_space_to_batch(x, block_shape, paddings)
+    return build(x, block_shape, paddings, out_chunks, reads, stored)
+
+
+def _choose_space_to_batch(x: da.Array, block_shape, paddings):
+    """The strategy for SpaceToBatchND of x and the plan it builds: (builder, output chunks,
+    reads, the source reads of x or None).
+
+    Blockwise when the batch axis is one chunk and every output block is one whole input
+    block; from x's blocks when x is not read straight from an array; from that array,
+    region reads when each output window lies in one input block, else owned halos.
+    """
+    out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings)
+    m = len(block_shape)
+    if x.numblocks[0] == 1 and _whole_blocks(reads, out_chunks[1 : 1 + m], x.chunks[1 : 1 + m], block_shape):
+        return _build_space_to_batch_blockwise, out_chunks, reads, None
+    stored = _block_reads.BlockReads.of(x)
+    if stored is None:
+        return _build_space_to_batch_from_blocks, out_chunks, reads, None
+    # A plain from_array/from_zarr input whose output windows each lie in one input block:
+    # each task reads its block from the source itself (one task, no intermediate key). A
+    # window that also needs a few boundary rows of a neighbour (a halo from the padding)
+    # does not read them itself: a Zarr chunk is decoded whole, so that would decode every
+    # chunk a second time for one row. The chunk's owner copies them out for it instead
+    # (``_build_space_to_batch_owned_halos``).
+    window_in_one_block = math.prod(max(map(len, axis)) for axis in reads) == 1
+    out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=window_in_one_block)
+    if window_in_one_block:
+        return _build_space_to_batch_region_reads, out_chunks, reads, stored
+    return _build_space_to_batch_owned_halos, out_chunks, reads, stored
+
+
+def _merged(x: da.Array, block_shape, paddings, out_chunks, reads, *, region_reads: bool):
+    """The plan (output chunks, reads) of windows read from x's source: with the batch axis
+    chunked, output blocks that span ``_merge`` input chunks on the first spatial axis (for
+    region reads, when no input chunk is then read by two windows); else ``out_chunks``,
+    ``reads`` as they are."""
+    # With the batch axis chunked an input chunk makes P output blocks of 1/P of its size:
+    # for an input read from a store, output blocks that span ``merge`` input chunks on the
+    # first spatial axis cut the store tasks and their fixed costs by ``merge``. The task
+    # holds merge input blocks and as much output, kept within a quarter of Dask's chunk
+    # size. Region reads need windows that read no chunk twice; with halos each chunk is
+    # read once anyway (by its owner; the halo rows go through edge tasks).
+    merge = _merge(x, math.prod(block_shape)) if x.numblocks[0] > 1 else 1
+    if merge > 1:
+        merged_chunks, merged_reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, merge)
+        if not region_reads or _each_chunk_read_once(merged_reads):
+            return merged_chunks, merged_reads
+    return out_chunks, reads
+
+
+def _merge(x: da.Array, groups: int) -> int:
+    """Input chunks per SpaceToBatchND output block on the first spatial axis: as many as fit
+    in a quarter of Dask's chunk size, at most P (an output block then has an input block's
+    size)."""
+    block_bytes = max(1, _largest_block_bytes(x))
+    return max(1, min(groups, _chunks.target_bytes() // 4 // block_bytes))
+
+
+# ---------------------------------------------------------------------------------------------
+# The strategies: each takes (x, block_shape, paddings, output chunks, reads, source reads)
+
+
+def _build_space_to_batch_blockwise(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+    """Each input block is one output block: a blockwise map (Dask fuses it with the read of
+    the block and the write of the result, one task per block), zero blocks around it."""
+    m = len(block_shape)
+    data_chunks = [tuple(n for r, n in zip(reads[i], out_chunks[1 + i]) if r) for i in range(m)]
+    y = x.map_blocks(
+        space_to_batch_nd_kernel, list(block_shape), [[0, 0]] * m,
+        chunks=(out_chunks[0], *data_chunks, *x.chunks[1 + m :]),
+        dtype=x.dtype, meta=_lazy.meta(x.ndim, x.dtype),
+        name=f"space_to_batch_nd-{tokenize(x, block_shape, out_chunks)}",
+    )
+    for i in range(m):
+        before = out_chunks[1 + i][: next(k for k, r in enumerate(reads[i]) if r)]
+        after = out_chunks[1 + i][len(before) + len(data_chunks[i]) :]
+        pieces = [y]
+        for zero_chunks, at in ((before, 0), (after, 1)):
+            if zero_chunks:
+                chunks = list(y.chunks)
+                chunks[1 + i] = zero_chunks
+                zeros = da.zeros(tuple(map(sum, chunks)), dtype=y.dtype, chunks=tuple(chunks))
+                pieces.insert(0 if at == 0 else len(pieces), zeros)
+        if len(pieces) > 1:
+            y = da.concatenate(pieces, axis=1 + i)
+    return y
+
+
+def _build_space_to_batch_from_blocks(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+    """Each output window's task takes the input blocks under it (x's block keys); a small
+    piece of a neighbouring block gets a task of its own (``_piece_args``)."""
+    m = len(block_shape)
+    token = tokenize(x, block_shape, paddings)
+    edge_name = f"space_to_batch_nd-edge-{token}"
+    block_shape = list(block_shape)
+
+    def window(layer, key, axis_reads, shape, fill):
+        n, rest = key[0], key[1 + m :]
+        pieces = []
+        for p, combo in enumerate(itertools.product(*axis_reads)):
+            block = (n, *(k for k, *_ in combo), *rest)
+            pieces.append(_piece_args(x, (x.name, *block), combo, layer, (edge_name, *key, p)))
+        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
+
+    return _space_to_batch_windows(x, block_shape, out_chunks, reads, token, window, None)
+
+
+def _build_space_to_batch_region_reads(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+    """Each output window's task reads its input pieces from x's source (``stored``) itself."""
+    m = len(block_shape)
+    token = tokenize(x, block_shape, paddings)
+    block_shape = list(block_shape)
+
+    def window(layer, key, axis_reads, shape, fill):
+        n, rest = key[0], key[1 + m :]
+        pieces = []
+        for combo in itertools.product(*axis_reads):
+            block = (n, *(k for k, *_ in combo), *rest)
+            local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
+            pieces.append([stored.read(block, local), None, [o for *_, o in combo]])
+        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
+
+    return _space_to_batch_windows(x, block_shape, out_chunks, reads, token, window, stored)
+
+
+def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+    """Each input chunk is read from x's source (``stored``) once, whole, by the window that
+    reads most of its rows (its owner), which also copies out the rows its neighbours take
+    (their halos); a neighbour writes them into its block in a small task after its own
+    window (``plan._owned_windows``)."""
+    # No window waits for another and no block key of x is held or sent: with block keys, two
+    # blocks of one window can be read on two workers and one sent across; a window that
+    # waits for its neighbour's reads leaves its worker idle, and the scheduler then sends
+    # that worker more reads to hold.
+    m = len(block_shape)
+    token = tokenize(x, block_shape, paddings)
+    edge_name, window_name = (f"space_to_batch_nd{part}-{token}" for part in ("-edge", "-window"))
+    block_shape = list(block_shape)
+    windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :])
+
+    def window(layer, key, axis_reads, shape, fill):
+        n, rest = key[0], key[1 + m :]
+        own_chunks, pieces, exports, halos = windows[key]
+        window_key = (window_name, *key)
+        layer[window_key] = (
+            _space_to_batch_window, [stored.read((n, *ks, *rest)) for ks in own_chunks],
+            pieces, exports, block_shape, shape, x.dtype, fill,
+        )
+        for e in range(len(exports)):
+            layer[(edge_name, *key, e)] = (_export, window_key, e)
+        halo_pieces = [[(edge_name, *owner, e), None, offsets] for owner, e, offsets in halos]
+        return (_with_halos, window_key, halo_pieces, block_shape), (_with_halos_groups, window_key, halo_pieces,
+                                                                     block_shape)
+
+    return _space_to_batch_windows(x, block_shape, out_chunks, reads, token, window, stored)
+
+
+# ---------------------------------------------------------------------------------------------
+# The window strategies' common graph
+
+
+def _space_to_batch_windows(x: da.Array, block_shape, out_chunks, reads, token, window, sources) -> da.Array:
+    """The graph of one task per output window of the plan (``out_chunks``, ``reads``): zeros
+    for a window of padding only; for a window with reads, the tasks ``window(layer, (n,
+    *spatial, *rest), axis_reads, shape, fill)`` returns, ``(task, groups task)`` (the second
+    makes the P blocks of a batch chunk at once), after putting in ``layer`` any task they
+    take. ``sources``: the region reads the tasks make (``_graph``), or None."""
+    m = len(block_shape)
+    groups = math.prod(block_shape)
+    name, all_name = (f"space_to_batch_nd{part}-{token}" for part in ("", "-all"))
+    # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
+    # Several: one task per input batch chunk computes all P groups in one pass, and output
+    # block (g, k) is group g's rows of it (a view, no copy).
+    single = x.numblocks[0] == 1
+    dtype = x.dtype
+    layer = {}
+    for n, rows in enumerate(x.chunks[0]):
+        for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
+            axis_reads = [reads[i][k] for i, k in enumerate(spatial)]
+            spatial_shape = tuple(out_chunks[1 + i][k] for i, k in enumerate(spatial))
+            for rest in np.ndindex(*x.numblocks[1 + m :]):
+                rest_shape = tuple(x.chunks[1 + m + i][k] for i, k in enumerate(rest))
+                out_keys = (
+                    [(name, 0, *spatial, *rest)] if single
+                    else [(name, g * len(x.chunks[0]) + n, *spatial, *rest) for g in range(groups)]
+                )
+                if not all(axis_reads):  # padding only: zeros, no input read
+                    zero_shape = (rows * groups if single else rows, *spatial_shape, *rest_shape)
+                    layer.update({key: (np.zeros, zero_shape, dtype) for key in out_keys})
+                    continue
+                covered = all(
+                    sum(stop - start for _, start, stop, _ in r) == size * b
+                    for r, size, b in zip(axis_reads, spatial_shape, block_shape)
+                )
+                shape = (rows * groups, *spatial_shape, *rest_shape)
+                task, groups_task = window(layer, (n, *spatial, *rest), axis_reads, shape, not covered)
+                if single:
+                    layer[out_keys[0]] = task
+                    continue
+                # The P blocks as one multi-output task: in a store graph it writes them itself.
+                all_key = (all_name, n, *spatial, *rest)
+                layer[all_key] = groups_task
+                for g, key in enumerate(out_keys):
+                    layer[key] = (operator.getitem, all_key, g)
+    graph = _graph(name, layer, x, sources)
+    return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
+
+
+def _pieces_tasks(pieces, block_shape, shape, dtype, fill: bool) -> tuple[tuple, tuple]:
+    """The task of one output window from its ``[array, index, offsets]`` pieces, and the task
+    making its P group blocks at once."""
+    task = (_space_to_batch_pieces, pieces, block_shape, shape, dtype, fill)
+    return task, (_space_to_batch_groups, *task[1:])
+
+
+def _piece_args(x: da.Array, key, combo, layer, edge_key):
+    """The ``[array, index, offsets]`` argument for one piece; small pieces of a neighbouring
+    block get their own task (``_edge``) so the whole neighbour never travels."""
+    index = (slice(None), *(slice(start, stop) for _, start, stop, _ in combo))
+    offsets = [offset for *_, offset in combo]
+    lengths = [x.chunks[1 + i][k] for i, (k, *_) in enumerate(combo)]
+    taken = [stop - start for _, start, stop, _ in combo]
+    if taken == lengths:
+        return [key, None, offsets]
+    if any(2 * n < length for n, length in zip(taken, lengths)):
+        layer[edge_key] = (_edge, key, index)
+        return [edge_key, None, offsets]
+    return [key, index, offsets]
+
+
+@_fused_stores.streams(_space_to_batch_group_blocks)
+def _space_to_batch_groups(pieces, block_shape, shape, dtype, fill: bool):
+    """The output blocks, one per group, of one batch chunk's pieces, as a tuple. In a store
+    graph (``ops.fusing_stores``) the task writes each block itself instead."""
+    return _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
+
+
+@_fused_stores.streams(_with_halos_group_blocks)
+def _with_halos_groups(window, halos, block_shape):
+    """A window's output blocks, one per group, with its halos written in, as a tuple. In a
+    store graph (``ops.fusing_stores``) the task writes each block itself instead."""
+    return _groups(_with_halos(window, halos, block_shape), block_shape)

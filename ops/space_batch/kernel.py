@@ -1,0 +1,289 @@
+"""SpaceToBatchND and BatchToSpaceND in NumPy: the whole-array kernels and the per-block
+functions the Dask tasks call. Pure NumPy, no Dask.
+
+A space array ``[B, s_1..s_M, rest...]`` and a batch array ``[P*B, t_1..t_M, rest...]``
+(``P = prod(block_shape)``) pair space row ``r`` with batch-side row ``t`` of block offset
+``j`` when ``r + offset = t*b + j`` on every spatial axis, ``offset`` being the leading
+padding (SpaceToBatch) or crop (BatchToSpace). ``_pairs`` gives that pairing as equal-shape
+views of both arrays, so each kernel is a few ``copy_into`` calls: padding is never
+materialised (the batch side starts as zeros) and cropped rows are never read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ops._copy import copy_into
+
+# ---------------------------------------------------------------------------------------------
+# The pairing of space and batch rows, and the kernels
+
+
+def _axis_pieces(length: int, offset: int, b: int):
+    """Split space rows [0, length) into runs (start, K, L, t0, j0): row start + k*L + l pairs
+    with batch-side row t0 + k at block offset j0 + l. A partial first block, the whole
+    blocks (L == b) and a partial last block: at most three runs."""
+    pieces = []
+    head = min(length, (-offset) % b)
+    if head:
+        pieces.append((0, 1, head, offset // b, offset % b))
+    whole = (length - head) // b
+    if whole:
+        pieces.append((head, whole, b, (head + offset) // b, 0))
+    tail_start = head + whole * b
+    if tail_start < length:
+        pieces.append((tail_start, 1, length - tail_start, (tail_start + offset) // b, 0))
+    return pieces
+
+
+def _boxes(space: np.ndarray, batch: np.ndarray, block_shape, offsets):
+    """Equal-shape (space view, batch view) pairs that together pair every element once.
+
+    ``batch`` is split into ``[b_1..b_M, B, t_1..t_M, rest]`` (its batch index is the group
+    index times B plus b); each combination of per-axis runs is then one view on each side,
+    so a whole operator is at most 3**M copies, each streamed in one pass.
+    """
+    m = len(block_shape)
+    rows = space.shape[0]
+    rest = space.shape[1 + m :]
+    split = batch.reshape(*block_shape, rows, *batch.shape[1:])
+    # From [L_1..L_M, B, K_1..K_M, rest] to the space view's [B, K_1, L_1, ..., rest].
+    order = [m, *(a for i in range(m) for a in (m + 1 + i, i)), *range(2 * m + 1, split.ndim)]
+    axes = [_axis_pieces(space.shape[1 + i], offsets[i], b) for i, b in enumerate(block_shape)]
+    for runs in itertools.product(*axes):
+        space_index = (slice(None), *(slice(r, r + k * n) for r, k, n, _, _ in runs))
+        space_view = space[space_index].reshape(rows, *(v for _, k, n, _, _ in runs for v in (k, n)), *rest)
+        batch_index = (
+            *(slice(j, j + n) for _, _, n, _, j in runs),
+            slice(None),
+            *(slice(t, t + k) for _, k, _, t, _ in runs),
+        )
+        yield space_view, split[batch_index].transpose(order)
+
+
+def _lattice(space_len: int, offset: int, b: int, j: int) -> tuple[slice, slice]:
+    """Slices pairing space rows r with batch-side rows t where r + offset == t*b + j."""
+    first = (j - offset) % b
+    count = max(0, -(-(space_len - first) // b))
+    t0 = (first + offset - j) // b
+    return slice(first, first + (count - 1) * b + 1 if count else first, b), slice(t0, t0 + count)
+
+
+def _pairs(space: np.ndarray, batch, block_shape, offsets):
+    """Equal-shape (space view, batch view) pairs covering every element.
+
+    ``batch`` is one array (a whole input or block: ``_boxes``), or the list of its P groups
+    held in separate arrays (the blocks a Dask BatchToSpaceND task receives): one strided
+    view per group.
+    """
+    if not isinstance(batch, list):
+        yield from _boxes(space, batch, block_shape, offsets)
+        return
+    for group, j in zip(batch, np.ndindex(*block_shape)):
+        space_index, group_index = [slice(None)], [slice(None)]
+        for axis, (b, offset, jj) in enumerate(zip(block_shape, offsets, j), start=1):
+            s, t = _lattice(space.shape[axis], offset, b, jj)
+            space_index.append(s)
+            group_index.append(t)
+        yield space[tuple(space_index)], group[tuple(group_index)]
+
+
+def _batch_shape(shape, block_shape, paddings) -> tuple[int, ...]:
+    """The shape SpaceToBatchND makes of an array of ``shape``."""
+    m = len(block_shape)
+    spatial = [
+        (shape[1 + i] + paddings[i][0] + paddings[i][1]) // block_shape[i] for i in range(m)
+    ]
+    return (shape[0] * math.prod(block_shape), *spatial, *shape[1 + m :])
+
+
+def _space_shape(shape, block_shape, crops) -> tuple[int, ...]:
+    """The shape BatchToSpaceND makes of an array of ``shape``."""
+    m = len(block_shape)
+    spatial = [shape[1 + i] * block_shape[i] - crops[i][0] - crops[i][1] for i in range(m)]
+    return (shape[0] // math.prod(block_shape), *spatial, *shape[1 + m :])
+
+
+def space_to_batch_nd_kernel(x: np.ndarray, block_shape, paddings) -> np.ndarray:
+    """SpaceToBatchND of one NumPy array (a whole input or one Dask block)."""
+    shape = _batch_shape(x.shape, block_shape, paddings)
+    padded = any(lo or hi for lo, hi in paddings)
+    # Fresh zeroed pages cost nothing extra, and only padding relies on them.
+    y = np.zeros(shape, x.dtype) if padded else np.empty(shape, x.dtype)
+    for space_view, batch_view in _pairs(x, y, block_shape, [lo for lo, _ in paddings]):
+        copy_into(batch_view, space_view)
+    return y
+
+
+def batch_to_space_nd_kernel(batch, block_shape, crops) -> np.ndarray:
+    """BatchToSpaceND of one NumPy array, or of its P groups given as separate arrays."""
+    groups = batch if isinstance(batch, list) else [batch]
+    rows = sum(group.shape[0] for group in groups)
+    y = np.empty(_space_shape((rows, *groups[0].shape[1:]), block_shape, crops), groups[0].dtype)
+    for space_view, batch_view in _pairs(y, batch, block_shape, [lo for lo, _ in crops]):
+        copy_into(space_view, batch_view)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# SpaceToBatchND: what one task computes
+
+
+def _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill: bool):
+    """One output block of SpaceToBatchND from its input pieces (its own block and halos).
+
+    Each piece is ``[array, index, offsets]``: ``array[index]`` (the whole array for None)
+    lands at padded rows ``offsets`` of this block; the rows no piece covers are padding.
+    """
+    y = np.zeros(shape, dtype) if fill else np.empty(shape, dtype)
+    _fill(y, pieces, block_shape)
+    return y
+
+
+def _fill(y, pieces, block_shape) -> None:
+    """Copy each ``[array, index, offsets]`` piece into the output block ``y``."""
+    for array, index, offsets in pieces:
+        space = array if index is None else array[index]
+        rows = space.shape[1 : 1 + len(block_shape)]
+        view = y[(slice(None), *(slice(o // b, -(-(o + n) // b)) for o, n, b in zip(offsets, rows, block_shape)))]
+        for space_view, batch_view in _boxes(space, view, block_shape, [o % b for o, b in zip(offsets, block_shape)]):
+            copy_into(batch_view, space_view)
+
+
+def _edge(block, index):
+    """A few boundary rows of a neighbouring block, copied so that only they are kept and sent."""
+    return block[index].copy()
+
+
+def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: bool):
+    """A window that reads its own input chunks (``chunks``, read whole): its output block
+    from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the rows its
+    neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
+    y = _space_to_batch_pieces(
+        [[chunks[c], index, offsets] for c, index, offsets in pieces], block_shape, shape, dtype, fill
+    )
+    return y, [chunks[c][index].copy() for c, index in exports]
+
+
+def _export(window, e: int):
+    """The ``e``-th rows a window (SpaceToBatchND's, or a BatchToSpaceND reader) copied for a
+    neighbour: its halo."""
+    return window[1][e]
+
+
+def _with_halos(window, halos, block_shape):
+    """A window's output block with the rows its neighbours' chunks give it (``halos``:
+    ``[rows, None, offsets]``) written in (in place: only this task uses the block)."""
+    y = window[0]
+    _fill(y, halos, block_shape)
+    return y
+
+
+def _groups(block, block_shape) -> tuple:
+    """The P output blocks of an input batch chunk's all-groups block: views of its rows, group
+    by group (output batch index g*B + n), no copy."""
+    groups = math.prod(block_shape)
+    rows = block.shape[0] // groups
+    return tuple(block[g * rows : (g + 1) * rows] for g in range(groups))
+
+
+def _space_to_batch_group_blocks(pieces, block_shape, shape, dtype, fill: bool):
+    """The output blocks, one per group, of one batch chunk's pieces, one at a time."""
+    yield from _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
+
+
+def _with_halos_group_blocks(window, halos, block_shape):
+    """A window's output blocks, one per group, with its halos written in, one at a time."""
+    yield from _groups(_with_halos(window, halos, block_shape), block_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# BatchToSpaceND: what one task computes
+
+
+def _batch_to_space_block(blocks, block_shape, crops):
+    """One output block from the same block of each of the P groups."""
+    return batch_to_space_nd_kernel(list(blocks), block_shape, crops)
+
+
+def _batch_to_space_local(block, block_shape, local_crops, block_id=None):
+    """One output block of a blockwise map: the input block (all P groups of its rows),
+    cropped as its place in the grid (``block_id``) says (``local_crops``: per axis, per block)."""
+    crops = [axis_crops[block_id[1 + i]] for i, axis_crops in enumerate(local_crops)]
+    return batch_to_space_nd_kernel(block, block_shape, crops)
+
+
+def _batch_to_space_bundle_blocks(reads, outputs, block_shape):
+    """The output blocks fed by one bundle of source chunks, one at a time.
+
+    ``reads`` are ``[getter, source, slices, *extra]`` (one chunk each); ``outputs`` are
+    ``(crops, parts)`` with one ``(chunk position in reads, slices)`` part per group. An output
+    with crops None is its parts themselves, as a list (the rows of a block that also takes
+    rows of other bundles' chunks: ``_batch_to_space_joined``).
+    """
+    # Every chunk feeds every output block, so all P chunks' worth is held at once. Each
+    # chunk, once read, is cut into the parts the output blocks take (copies) and dropped;
+    # then each output block is made from its parts and they are dropped. At most P chunks'
+    # worth plus one read's buffers, or plus one output block, are held. (Scattering each
+    # chunk straight into the output blocks would touch every 2 MiB page of them with the
+    # first group, every other row being that group's, so all P outputs would be held beside
+    # all P chunks; with 4 KiB pages instead, the page faults cost more than these copies.)
+    parts_of = [[None] * len(parts) for _, parts in outputs]
+    for position, (func, source, slices, *extra) in enumerate(reads):
+        chunk = func(source, slices, *extra)
+        for held, (_, parts) in zip(parts_of, outputs):
+            for j, (k, piece) in enumerate(parts):
+                if k == position:
+                    held[j] = np.array(chunk[piece])
+        del chunk
+    for o, (crops, _) in enumerate(outputs):
+        block = parts_of[o] if crops is None else batch_to_space_nd_kernel(parts_of[o], block_shape, crops)
+        parts_of[o] = None
+        yield block
+        del block  # before the next one is made: the caller has stored it
+
+
+def _batch_to_space_joined(pieces, origins, rows, block_shape, crops):
+    """An output block whose rows run across input chunks, from the parts of it the bundles of
+    those chunks made (``pieces``, one part per group each; ``origins``: ``_batch_to_space_boxes``)."""
+    return _batch_to_space_boxes(list(zip(pieces, origins)), rows, block_shape, crops)
+
+
+def _batch_to_space_boxes(pieces, rows, block_shape, crops):
+    """One output block of BatchToSpaceND from boxes of the batch's rows, as if they were one
+    array of ``rows`` rows per spatial axis cropped by ``crops``: ``pieces`` are ``(piece,
+    origin)``, a piece being an array holding all P groups or the list of its P groups'
+    arrays, and its origin its first row on each spatial axis. Each piece is scattered into
+    its part of the block, with no joined copy of them."""
+    m = len(block_shape)
+    head = pieces[0][0]
+    parts = head if isinstance(head, list) else [head]
+    first, batch = parts[0], sum(part.shape[0] for part in parts)
+    y = np.empty(_space_shape((batch, *rows, *first.shape[1 + m :]), block_shape, crops), first.dtype)
+    for piece, origin in pieces:
+        shape = (piece[0] if isinstance(piece, list) else piece).shape[1 : 1 + m]
+        view, offsets = [slice(None)], []
+        for b, (lo, _), o, n, length in zip(block_shape, crops, origin, shape, y.shape[1:]):
+            start, stop = max(0, o * b - lo), min(length, (o + n) * b - lo)
+            view.append(slice(start, stop))
+            offsets.append(start + lo - o * b)
+        if all(s.stop > s.start for s in view[1:]):
+            for space_view, batch_view in _pairs(y[tuple(view)], piece, block_shape, offsets):
+                copy_into(space_view, batch_view)
+    return y
+
+
+def _batch_to_space_reader(chunks, own, exports):
+    """A block's reads (``chunks``, whole): the boxes its block takes of them, ``[chunk number,
+    index, origin]`` (views, with their origins in the block), and copies of the boxes other
+    blocks take, ``[chunk number, index]``, for them."""
+    return [(chunks[c][index], origin) for c, index, origin in own], [chunks[c][index].copy() for c, index in exports]
+
+
+def _batch_to_space_gathered(reader, imports, rows, block_shape, crops):
+    """A block from its own boxes (``reader``'s) and the boxes other readers copied for it
+    (``imports``: ``(box, origin)``)."""
+    return _batch_to_space_boxes([*reader[0], *imports], rows, block_shape, crops)

@@ -1,0 +1,279 @@
+"""SpaceToBatchND and BatchToSpaceND chunk plans: pure functions, chunk tuples in, chunk
+tuples and read lists out.
+
+- SpaceToBatchND: the input keeps its chunks; no rechunk, however the padding falls. The
+  output's spatial chunks are regular (max input chunk // b rows, times the merged blocks
+  on the first axis: a Zarr store needs regular chunks), so an output block reads the input
+  rows under its window: its input block(s) and fewer than b boundary rows of a neighbour
+  (a halo). Blocks of padding only read no input.
+- BatchToSpaceND: a batch axis in one chunk stays so, and each input block (all P groups of
+  its rows) is one output block. Otherwise batch chunks are aligned to the group size B so
+  no chunk straddles two groups, and the first spatial axis is split P ways (so an output
+  block is the size of an input block, not P times it). Input blocks cropped away entirely
+  are not read. With a crop before the first row of a chunked axis the output blocks can be
+  counted from the first kept row instead (``_shifted_rows``), so that they are regular.
+- Which input chunks each window reads, and which window reads a chunk that several take
+  (``_owners``, ``_owned_windows``): the halo plan both directions' region reads use.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+
+import numpy as np
+
+from ops import _chunks
+
+# ---------------------------------------------------------------------------------------------
+# SpaceToBatchND
+
+
+def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int, merge: int = 1) -> list[int]:
+    """Output chunk boundaries on one spatial axis of SpaceToBatchND: regular chunks of
+    max(input chunk) // b batch-side rows (Zarr stores need regular chunks; anything else
+    makes ``to_zarr`` rechunk the whole output), or one chunk for an axis in one chunk.
+
+    Batch-side row t holds padded rows [t*b, (t+1)*b), i.e. space rows [t*b - before, ...),
+    so an output chunk reads the input rows under it: with input chunks that are multiples
+    of b, its own input block and a few rows of the neighbouring one (a halo), wherever the
+    padding puts the window, and nothing for a chunk of padding only.
+    """
+    total = (sum(chunks) + before + after) // b
+    size = _output_chunk(chunks, b, total, merge)
+    return [*range(0, total, size), total]
+
+
+def _output_chunk(chunks, b: int, total: int, merge: int = 1) -> int:
+    """The regular output chunk of one spatial axis, in batch-side rows: the rows of ``merge``
+    input chunks; an axis in one input chunk stays one chunk (its padding too: no sliver of a
+    chunk for the last rows)."""
+    if len(chunks) == 1 or not sum(chunks):
+        return max(total, 1)
+    return max(1, merge * max(chunks) // b)
+
+
+def _axis_reads(chunks, b: int, before: int, cuts):
+    """For each data chunk [cuts[k], cuts[k+1]) of batch-side rows: the input pieces it reads,
+    as (input chunk, local start, local stop, offset of the piece's first row in the output
+    chunk's padded rows)."""
+    bounds = _chunks.boundaries(chunks)
+    length = bounds[-1]
+    reads = []
+    for t0, t1 in zip(cuts, cuts[1:]):
+        r0, r1 = max(0, t0 * b - before), min(length, t1 * b - before)
+        pieces = []
+        k = bisect.bisect_right(bounds, r0) - 1
+        while k < len(chunks) and bounds[k] < r1:
+            start, stop = max(r0, bounds[k]), min(r1, bounds[k + 1])
+            if stop > start:
+                pieces.append((k, start - bounds[k], stop - bounds[k], start + before - t0 * b))
+            k += 1
+        reads.append(tuple(pieces))
+    return reads
+
+
+def space_to_batch_nd_chunks(chunks, block_shape, paddings, merge: int = 1):
+    """Plan: (output chunks, reads): ``reads[i][k]`` lists the input pieces of output chunk k
+    of spatial axis i (see ``_axis_reads``); an empty list is a block of padding only, a
+    zero block that reads nothing.
+
+    The input keeps its chunks; the output's spatial chunks are regular (``_axis_cuts``), on
+    the first spatial axis the rows of ``merge`` input chunks.
+    The batch axis: one chunk of P*B when the input's batch axis is one chunk (one output
+    block per input block, all P offsets in it), else the input's batch chunks repeated for
+    each of the P groups.
+    """
+    chunks = [tuple(c) for c in chunks]
+    m = len(block_shape)
+    groups = math.prod(block_shape)
+    # Counted before any tuple of output chunks is built: padding can ask for more blocks
+    # than any graph can hold, and the tuples alone would exhaust memory.
+    blocks = (1 if len(chunks[0]) == 1 else len(chunks[0]) * groups) * math.prod(
+        len(c) for c in chunks[1 + m :]
+    )
+    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
+        total = (sum(chunks[1 + i]) + before + after) // b
+        blocks *= max(1, -(-total // _output_chunk(chunks[1 + i], b, total, merge if i == 0 else 1)))
+    _chunks.check_block_count("space_to_batch_nd", blocks)
+    out, reads = list(chunks), []
+    out[0] = (sum(chunks[0]) * groups,) if len(chunks[0]) == 1 else chunks[0] * groups
+    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
+        cuts = _axis_cuts(chunks[1 + i], b, before, after, merge if i == 0 else 1)
+        out[1 + i] = tuple(t1 - t0 for t0, t1 in zip(cuts, cuts[1:])) or (0,)
+        reads.append(tuple(_axis_reads(chunks[1 + i], b, before, cuts)) or ((),))
+    return tuple(out), tuple(reads)
+
+
+def _whole_blocks(reads, out_chunks, in_chunks, block_shape) -> bool:
+    """Whether every data block of the output is exactly one whole input block, in order."""
+    for axis_reads, out, chunks, b in zip(reads, out_chunks, in_chunks, block_shape):
+        data = [(r, n) for r, n in zip(axis_reads, out) if r]
+        if len(data) != len(chunks):
+            return False
+        for k, (r, n) in enumerate(data):
+            if r != ((k, 0, chunks[k], 0),) or n * b != chunks[k]:
+                return False
+    return True
+
+
+def _each_chunk_read_once(reads) -> bool:
+    """Whether no input chunk is read by two output windows on any spatial axis."""
+    for axis_reads in reads:
+        chunks = [k for window in axis_reads for k, *_ in window]
+        if len(chunks) != len(set(chunks)):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Chunks several windows read: each read once, by its owner
+
+
+def _owners(axis_reads) -> dict[int, int]:
+    """For one spatial axis: input chunk -> the window that reads most of its rows (the first
+    of equals); that window reads the chunk, and its neighbours get their rows from it."""
+    best: dict[int, tuple[int, int]] = {}
+    for window, pieces in enumerate(axis_reads):
+        for k, start, stop, _ in pieces:
+            if stop - start > best.get(k, (0, -1))[0]:
+                best[k] = (stop - start, window)
+    return {k: window for k, (_, window) in best.items()}
+
+
+def _owned_windows(reads, batch_blocks: int, rest_blocks) -> dict:
+    """Plan for halos read by their owners: for each window with reads, ``(n, *spatial,
+    *rest)`` -> (the chunks it reads, as spatial chunk indices; its pieces of them, as
+    ``[chunk number, index, offsets]``; the rows it copies out for neighbours, as ``[chunk
+    number, index]``; its halos, as (owner window, export number, offsets))."""
+    owners = [_owners(axis) for axis in reads]
+    windows: dict[tuple, tuple[list, list, list, list]] = {}
+    for n in range(batch_blocks):
+        for spatial in np.ndindex(*map(len, reads)):
+            axis_reads = [reads[i][k] for i, k in enumerate(spatial)]
+            if not all(axis_reads):
+                continue
+            for rest in np.ndindex(*rest_blocks):
+                key = (n, *spatial, *rest)
+                _, pieces, _, halos = windows.setdefault(key, ([], [], [], []))
+                for combo in itertools.product(*axis_reads):
+                    ks = tuple(k for k, *_ in combo)
+                    owner = (n, *(owners[i][k] for i, k in enumerate(ks)), *rest)
+                    owner_chunks, _, exports, _ = windows.setdefault(owner, ([], [], [], []))
+                    if ks not in owner_chunks:
+                        owner_chunks.append(ks)
+                    index = (slice(None), *(slice(a, z) for _, a, z, _ in combo))
+                    offsets = [o for *_, o in combo]
+                    if owner == key:
+                        pieces.append([owner_chunks.index(ks), index, offsets])
+                    else:
+                        exports.append([owner_chunks.index(ks), index])
+                        halos.append((owner, len(exports) - 1, offsets))
+    return windows
+
+
+# ---------------------------------------------------------------------------------------------
+# BatchToSpaceND
+
+
+def batch_to_space_nd_chunks(chunks, block_shape, crops):
+    """Plan: (aligned input chunks, kept input chunk range per spatial axis, output chunks).
+
+    A batch axis in one chunk stays so: each input block holds all P groups of its rows and
+    is one output block. Otherwise the batch axis is cut into equal groups and an output
+    block reads the same block of each group. On each spatial axis the input chunks whose
+    rows are cropped away entirely are dropped (``kept[i] = (first, stop)`` chunk indices).
+    """
+    chunks = [tuple(c) for c in chunks]
+    groups = math.prod(block_shape)
+    batch = sum(chunks[0]) // groups
+    out = list(chunks)
+    if len(chunks[0]) == 1:
+        out[0] = (batch,)
+    else:
+        chunks[0] = _chunks.groups(chunks[0], batch, groups)
+        out[0] = chunks[0][: len(chunks[0]) // groups] if groups and batch else (0,)
+        if len(chunks) > 1 and sum(chunks[1]):
+            # An output block reads the same block of each of the P groups: split the first
+            # spatial axis P ways (a split-only rechunk) so it is one input block's size.
+            chunks[1] = tuple(
+                n for c in chunks[1] for n in _chunks.regular(c, -(-c // groups))
+            )
+    kept = []
+    for i, (b, (lo, hi)) in enumerate(zip(block_shape, crops)):
+        axis = 1 + i
+        bounds = _chunks.boundaries(chunks[axis])
+        length = bounds[-1] * b - lo - hi
+        sizes = [
+            max(0, min(stop * b, lo + length) - max(start * b, lo))
+            for start, stop in zip(bounds, bounds[1:])
+        ]
+        live = [k for k, n in enumerate(sizes) if n > 0]
+        if not live:
+            kept.append((0, 0))
+            out[axis] = (0,)
+            continue
+        kept.append((live[0], live[-1] + 1))
+        out[axis] = tuple(sizes[live[0] : live[-1] + 1])
+    return tuple(chunks), tuple(kept), tuple(out)
+
+
+def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, int]]:
+    """(crop before, crop after) of each kept input chunk of one spatial axis."""
+    bounds = _chunks.boundaries(chunks)
+    result = []
+    for k in range(*kept):
+        start, stop = bounds[k] * b, bounds[k + 1] * b
+        result.append((max(0, lo - start), max(0, stop - (lo + length))))
+    return result
+
+
+def _shifted_rows(chunks, b: int, lo: int, length: int, size: int):
+    """Output blocks of ``size`` rows on one spatial axis, counted from the first row the
+    crop keeps (so that they are a Zarr array's chunks whatever the crop): for each block, its
+    input rows as ``(input chunk, local start, local stop)`` pieces (two when it runs into the
+    next chunk) and the crop of those rows' ``b``-fold rows; None if a block spans more than
+    two input chunks."""
+    bounds = _chunks.boundaries(chunks)
+    blocks = []
+    for first in range(0, length, size):
+        u0, u1 = lo + first, lo + min(first + size, length)  # in the uncropped rows
+        s0, s1 = u0 // b, -(-u1 // b)  # the input rows they come from
+        pieces = []
+        k = bisect.bisect_right(bounds, s0) - 1
+        row = s0
+        while row < s1:
+            stop = min(s1, bounds[k + 1])
+            pieces.append((k, row - bounds[k], stop - bounds[k]))
+            row, k = stop, k + 1
+        if len(pieces) > 2:
+            return None
+        blocks.append((pieces, (u0 - s0 * b, s1 * b - u1)))
+    return blocks
+
+
+def _shifted_chunks(rows, b: int) -> tuple[int, ...]:
+    """The output chunks on one spatial axis of ``_shifted_rows``' blocks."""
+    return tuple(sum(stop - start for _, start, stop in pieces) * b - before - after
+                 for pieces, (before, after) in rows)
+
+
+def _shifted_block(shifted, spatial) -> tuple[list[int], list[tuple[int, int]]]:
+    """For the block at ``spatial`` of ``shifted`` (``_shifted_rows`` of each axis): its input
+    rows and its crops, per spatial axis."""
+    blocks = [axis[k] for axis, k in zip(shifted, spatial)]
+    return [sum(stop - start for _, start, stop in pieces) for pieces, _ in blocks], [crops for _, crops in blocks]
+
+
+def _shifted_reads(rows):
+    """``_shifted_rows``' blocks of one axis as SpaceToBatchND's reads: for each block, its
+    pieces as ``(input chunk, local start, local stop, first row in the block)``."""
+    reads = []
+    for pieces, _ in rows:
+        origin, block = 0, []
+        for k, start, stop in pieces:
+            block.append((k, start, stop, origin))
+            origin += stop - start
+        reads.append(tuple(block))
+    return reads
