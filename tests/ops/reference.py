@@ -124,6 +124,19 @@ def gather_nd(params, indices, batch_dims=0):
     return out
 
 
+def _nan_times_nan_keeps_src(product, f, per_element):
+    """Where both factors are NaN, the product is src's NaN, quieted: the operator's rule.
+
+    IEEE 754 lets a product of two NaNs carry either payload, and NumPy's own choice differs
+    between its loops (an in-place and an out-of-place multiply of the same arrays can differ)
+    and releases, so the reference states the rule instead of inheriting NumPy's."""
+    both = np.isnan(f) & np.isnan(per_element)
+    if both.any():
+        quiet = (f.view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
+        product[both] = quiet[both]
+    return product
+
+
 @np.errstate(over="ignore", invalid="ignore")
 def dequant(src, scale, dst, calc_count=None, policy=None, group_size=None, k_dim=1):
     """The plain expression (src.astype(f32) * scale).astype(dst), with the operator's documented masks."""
@@ -138,7 +151,7 @@ def dequant(src, scale, dst, calc_count=None, policy=None, group_size=None, k_di
         cc = n if calc_count is None else calc_count
         per_column = np.broadcast_to(scale[:cc] if scale.ndim else scale, (cc,))
         full = np.concatenate([per_column, np.ones(n - cc, np.float32)])
-        product = f * full
+        product = _nan_times_nan_keeps_src(f * full, f, np.broadcast_to(full, f.shape))
         product[:, cc:] = f[:, cc:]
     else:
         if policy == "per_token":
@@ -147,7 +160,7 @@ def dequant(src, scale, dst, calc_count=None, policy=None, group_size=None, k_di
             per_element = scale[np.arange(m) // group_size, :]
         else:
             per_element = scale[:, np.arange(n) // group_size]
-        product = f * per_element
+        product = _nan_times_nan_keeps_src(f * per_element, f, per_element)
         rows = (m * n if calc_count is None else calc_count) // max(n, 1)
         product[rows:] = f[rows:]
     return product.astype(dst)
