@@ -4,8 +4,10 @@ processes (Dask scheduler, workers, the service) a benchmark starts on 127.0.0.1
 from __future__ import annotations
 
 import contextlib
+import datetime
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +22,8 @@ import numpy as np
 
 CORES = os.cpu_count() or 1
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "RESULTS.md"
+HISTORY = ROOT / "bench" / "history"
 
 
 def best_seconds(run: Callable[[], object], repeat: int) -> float:
@@ -147,3 +151,43 @@ def wait_until(what: str, ready: Callable[[], object], procs: Processes, timeout
                 return value
         time.sleep(0.2)
     raise TimeoutError(f"{what} was not ready after {timeout:.0f} s")
+
+
+def commit() -> str:
+    """The checkout's short commit, with "+changes" when its tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "not recorded"
+    return head + ("+changes" if dirty else "")
+
+
+def record_section(module: str, body: str, results: Path = RESULTS, history: Path = HISTORY) -> str:
+    """Make ``body`` the current section of ``python -m <module>`` in bench/RESULTS.md.
+
+    RESULTS.md keeps one section per benchmark, its latest run; the section it replaces moves,
+    unchanged and dated, to the end of this month's file under bench/history/, so that no
+    recorded run is lost. Returns the new section's text.
+    """
+    today = datetime.date.today()
+    heading = f"## `python -m {module}`"
+    section = f"{heading}\n\nLatest run: {today.isoformat()}, code at {commit()}. {body.strip()}\n"
+    text = results.read_text()
+    match = re.search(rf"^{re.escape(heading)}[^\n]*\n.*?(?=^## |\Z)", text, flags=re.M | re.S)
+    if match is None:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        old = match.group(0).rstrip("\n") + "\n"
+        archive = history / f"RESULTS-{today:%Y-%m}.md"
+        history.mkdir(exist_ok=True)
+        if not archive.exists():
+            archive.write_text(f"> Earlier runs of the benchmarks, moved here from bench/RESULTS.md when a newer run "
+                               f"replaced them; the current numbers are in [bench/RESULTS.md](../RESULTS.md).\n")
+        moved = old.replace(heading, f"{heading} (replaced on {today.isoformat()})", 1)
+        with open(archive, "a") as f:
+            f.write("\n" + moved)
+        text = text[: match.start()] + section + ("\n" if text[match.end():] else "") + text[match.end():]
+    results.write_text(text)
+    return section

@@ -17,7 +17,7 @@ at a concurrency of 32 by default. Every result is compared byte for byte with w
 exception is an error. It reports p50/p99 latency and throughput per kind (a job's latency
 is from its POST to ``successful`` seen; its result download is timed as a download), and
 the server process's RSS, open descriptors and threads after a warm-up round and after the
-run; the table is appended to ``bench/RESULTS.md`` (``--no-record``: printed only).
+run; the table becomes the ``bench.load`` section of ``bench/RESULTS.md`` (``--no-record``: printed only).
 
 ``tests/service/test_load.py`` runs the same workload, smaller, as a test.
 """
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import datetime
 import json
 import os
 import shutil
@@ -46,11 +45,10 @@ import numpy as np
 import requests
 
 import ops
-from bench.common import free_port, load_npy, machine, npy_bytes, stop_process
+from bench.common import free_port, load_npy, machine, npy_bytes, record_section, stop_process
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "RESULTS.md"
 KINDS = ("sync", "job", "upload", "download", "delete")
 HTTP_TIMEOUT = 60.0
 JOB_TIMEOUT = 300.0
@@ -402,7 +400,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20, help="async jobs (default 20)")
     parser.add_argument("--uploads", type=int, default=100, help="upload+download+delete rounds (default 100)")
     parser.add_argument("--downloads", type=int, default=100, help="downloads of stored arrays (default 100)")
-    parser.add_argument("--no-record", action="store_true", help="print only; do not append to bench/RESULTS.md")
+    parser.add_argument("--no-record", action="store_true", help="print only; do not record in bench/RESULTS.md")
     args = parser.parse_args()
     print(machine(), flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-load-", dir="/tmp"))
@@ -437,13 +435,10 @@ def main() -> None:
 
 
 def record(args, report: Report, before: dict, after: dict, lost: dict, machine_line: str) -> None:
-    date = datetime.date.today().isoformat()
-    text = RESULTS.read_text()
-    if not text.endswith("\n"):
-        text += "\n"
-    text += (
-        f"\n## `python -m bench.load` — {date}\n\n{machine_line.strip()}\n\n"
-        f"{table(report)}\n\n"
+    """This run as the current ``bench.load`` section of bench/RESULTS.md (the one it replaces
+    moves to bench/history/)."""
+    record_section("bench.load", (
+        f"{machine_line.strip()}\n\n{table(report)}\n\n"
         f"{args.sync} sync executions (7 operators, small inline NPY inputs, `response: raw`), {args.jobs} async "
         f"jobs on stored inputs (DepthToSpace / GatherNd, submitted first, result downloaded), {args.uploads} "
         f"upload + download + delete rounds (16-256 KiB NPY) and {args.downloads} downloads of stored 256 KiB "
@@ -454,9 +449,8 @@ def record(args, report: Report, before: dict, after: dict, lost: dict, machine_
         f"`successful` seen by polling every {POLL_SECONDS * 1000:.0f} ms (the service runs at most 4 jobs at "
         f"once; the others queue). Server process after the warm-up -> after the run (2 s settle): RSS "
         f"{before['rss'] / 2**20:.0f} -> {after['rss'] / 2**20:.0f} MiB, open descriptors {before['fds']} -> "
-        f"{after['fds']}, threads {before['threads']} -> {after['threads']}.\n"
-    )
-    RESULTS.write_text(text)
+        f"{after['fds']}, threads {before['threads']} -> {after['threads']}."
+    ))
 
 
 if __name__ == "__main__":

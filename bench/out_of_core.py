@@ -33,7 +33,7 @@ each input with the same chunks and codec (the I/O limit). For each run it repor
 arrays written through zarr's ``FsspecStore`` and s3fs); ``--s3-gib`` sets its input size (moto
 keeps every object of the run in one Python process, so its default is smaller).
 
-Results: a Markdown table printed and appended to ``bench/RESULTS.md`` and a plot in
+Results: a Markdown table printed and recorded in ``bench/RESULTS.md`` and a plot in
 ``bench/out_of_core.png`` (``--no-record``: printed only). The small version of this harness runs
 in the suite (``tests/test_out_of_core.py``).
 """
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
 import math
 import os
@@ -66,11 +65,10 @@ from zarr.codecs import ZstdCodec
 
 import ops
 from ops import _chunks
-from bench.common import Processes, cpu_seconds, free_port, machine, wait_until
+from bench.common import Processes, cpu_seconds, free_port, machine, record_section, wait_until
 from service.fsspec_store import ObjectStore
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "RESULTS.md"
 PLOT = ROOT / "bench" / "out_of_core.png"
 MiB = 2**20
 GiB = 2**30
@@ -972,19 +970,20 @@ def measure(args) -> dict[str, list[dict]]:
 
 
 def record(results, text: str, args) -> None:
-    """Append a section to bench/RESULTS.md: machine, setup, the table, the plot."""
-    today = datetime.date.today().isoformat()
+    """This run as the current ``bench.out_of_core`` section of bench/RESULTS.md (machine,
+    setup, the table, the plot); the section it replaces moves to bench/history/."""
     setups = "\n".join(f"- {kind}: {rows[0]['setup']}; {rows[0].get('code', '')}" for kind, rows in results.items())
     # The rounds a run used (saved results hold no setting): as many times as an operator ran.
     rounds = max((len(r["seconds_all"]) for rows in results.values() for r in rows if r["name"] not in COPIES),
                  default=1)
-    with open(RESULTS, "a") as f:
-        f.write(f"\n## `python -m bench.out_of_core` — {today}\n\n{machine()}\n")
-        f.write(f"Cluster: `dask scheduler` (worker-saturation {args.worker_saturation}) + 2 x "
-                f"`dask worker --nthreads 1 --memory-limit {args.memory_limit}` on "
-                f"127.0.0.1, Zarr v3 with zstd level 0 (the service's codec); {rounds} round(s) of the copies "
-                f"and then the operators, the fastest run of each compared; inputs:\n{setups}\n\n")
-        f.write(text + "\n\n![throughput per operator beside the copy](out_of_core.png)\n")
+    record_section("bench.out_of_core", (
+        f"{machine().strip()}\n"
+        f"Cluster: `dask scheduler` (worker-saturation {args.worker_saturation}) + 2 x "
+        f"`dask worker --nthreads 1 --memory-limit {args.memory_limit}` on "
+        f"127.0.0.1, Zarr v3 with zstd level 0 (the service's codec); {rounds} round(s) of the copies "
+        f"and then the operators, the fastest run of each compared; inputs:\n{setups}\n\n"
+        f"{text}\n\n![throughput per operator beside the copy](out_of_core.png)"
+    ))
 
 
 if __name__ == "__main__":

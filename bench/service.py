@@ -19,7 +19,7 @@ measures two ratios, each within this one run:
     the NumPy input.
 
 Everything lives in a temporary directory under /tmp, removed at the end, and every process
-the script started is stopped in a ``finally``. The table is printed and appended to
+the script started is stopped in a ``finally``. The table is printed and recorded in
 ``bench/RESULTS.md`` (``--no-record``: printed only).
 """
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime
 import json
 import os
 import shutil
@@ -42,11 +41,11 @@ import numpy as np
 import requests
 
 import ops
-from bench.common import Processes, best_seconds, free_port, load_npy, machine, npy_bytes, wait_until
+from bench.common import (RESULTS, Processes, best_seconds, free_port, load_npy, machine, npy_bytes,
+                          record_section, wait_until)
 
 NPY = "application/x-npy"
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "RESULTS.md"
 MiB = 2**20
 
 SYNC_SHAPES = {1: (1, 64, 64, 64), 8: (1, 128, 128, 128)}  # float32: exactly 1 MiB and 8 MiB
@@ -305,18 +304,15 @@ def explanation(syncs: list[dict], job: dict) -> str:
 
 
 def record(table: str, explanation: str) -> None:
-    date = datetime.date.today().isoformat()
-    text = RESULTS.read_text()
-    if not text.endswith("\n"):
-        text += "\n"
-    text += f"\n## `python -m bench.service` — {date}\n\n{machine().strip()}\n\n{table}\n\n{explanation}"
-    RESULTS.write_text(text)
+    """This run as the current ``bench.service`` section of bench/RESULTS.md (the one it
+    replaces moves to bench/history/)."""
+    record_section("bench.service", f"{machine().strip()}\n\n{table}\n\n{explanation}")
 
 
 def main() -> None:
     warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
     parser = argparse.ArgumentParser(prog="python -m bench.service", description=__doc__.splitlines()[0])
-    parser.add_argument("--no-record", action="store_true", help="print only; do not append to bench/RESULTS.md")
+    parser.add_argument("--no-record", action="store_true", help="print only; do not record in bench/RESULTS.md")
     args = parser.parse_args()
     print(machine())
     work = Path(tempfile.mkdtemp(prefix="bench-service-", dir="/tmp"))
@@ -342,7 +338,7 @@ def main() -> None:
     print(text)
     if not args.no_record:
         record(table, text)
-        print(f"appended to {RESULTS.relative_to(ROOT)}")
+        print(f"recorded in {RESULTS.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
