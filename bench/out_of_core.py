@@ -66,7 +66,7 @@ from zarr.codecs import ZstdCodec
 import ops
 from ops import _chunks
 from bench.common import Processes, cpu_seconds, free_port, machine, record_section, wait_until
-from service.fsspec_store import ObjectStore
+from service.storage.fsspec_store import ObjectStore
 
 ROOT = Path(__file__).resolve().parent.parent
 PLOT = ROOT / "bench" / "out_of_core.png"

@@ -22,7 +22,7 @@ from service.records import JobRecords
 from service.routers import arrays, health, jobs, landing, processes
 from service.settings import Settings
 from service.state import Services, require_token
-from service.objectstore import open_store
+from service.storage.s3 import open_store
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ The steps, each failing with its own exit code before the next starts:
    shapes and dtypes: exit 2); the output checked (exit 3 if taken);
 3. the cluster: an embedded ``LocalCluster`` or ``--scheduler`` (exit 4 if unreachable);
 4. the result written with ``to_zarr`` by the workers and published whole
-   (``service.run_storage``: a renamed sibling directory, or an object store prefix whose root
+   (``service.storage.run_storage``: a renamed sibling directory, or an object store prefix whose root
    metadata is stored last); a failed computation (exit 1) leaves no output.
 
 ``--dry-run`` stops after step 2 and prints the plan instead.
@@ -34,8 +34,8 @@ import ops
 from ops import _validate, dtypes, registry
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
-from service import run_storage
-from service.run_storage import LocalOutput, ObjectOutput
+from service.storage import run_storage
+from service.storage.run_storage import LocalOutput, ObjectOutput
 
 # Exit codes (documented in docs/cli.md and the --help epilog).
 OK, FAILED, USAGE, INPUT, CLUSTER = 0, 1, 2, 3, 4
@@ -228,7 +228,7 @@ def open_input(role: str, path: str, variable: str | None, chunks_text: str | No
     variable of a group."""
     import zarr
 
-    from service.storage import from_stored  # bfloat16/complex32 stored as raw bits + ops_dtype
+    from service.storage.raw_dtypes import from_stored  # bfloat16/complex32 stored as raw bits + ops_dtype
 
     source = _zarr_source(path, settings)
     node = _zarr_node(path, source)
@@ -270,7 +270,7 @@ class Plan:
 
     def store_graph(self, target):
         """The Dask graph (a Delayed) that writes the data to ``target``; metadata written now."""
-        from service.storage import to_stored
+        from service.storage.raw_dtypes import to_stored
 
         ds = to_stored(self.result).to_dataset(name=self.variable)
         for name in ds.variables:  # the inputs' encodings (their chunks, codecs) are not the output's

@@ -12,7 +12,7 @@ import dask
 from distributed import Client, LocalCluster, WorkerPlugin
 
 from service.errors import CLUSTER_UNAVAILABLE, ServiceError
-from service.fsspec_store import close_sessions
+from service.storage.fsspec_store import close_sessions
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

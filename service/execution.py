@@ -35,12 +35,15 @@ from ops._chunks import zarr_chunks
 from ops.dims import ROLES
 from ops.errors import InvalidArgument
 from schemas.service import NPY_MEDIA_TYPE, ExecuteRequest
-from service import npy, progress
+from service import progress
 from service.cluster import Cluster, ClusterUnavailable
 from service.errors import (INVALID_PARAMETER, JOB_FAILED, ServiceError, bad_request, conflict, disk_full,
                             insufficient_storage, too_large)
 from service.records import JobRecords, now
-from service.storage import ArrayStore, check_name, stream_chunks
+from service.storage import npy
+from service.storage.chunk_order import stream_chunks
+from service.storage.local import ArrayStore
+from service.storage.names import check_name
 
 log = logging.getLogger(__name__)
 

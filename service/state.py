@@ -13,7 +13,7 @@ from service.errors import UNAUTHORIZED, ServiceError
 from service.execution import Executor
 from service.records import JobRecords
 from service.settings import Settings
-from service.storage import ArrayStore
+from service.storage.local import ArrayStore
 
 
 @dataclass

@@ -27,7 +27,7 @@ def problems(*codes: int, **descriptions: str) -> dict:
 
 # The path parameters. The constraints below are documentation only (``json_schema_extra``):
 # the routes enforce them with their own messages (an ill-formed array name is a 400 from
-# ``storage.check_name``; an unknown process, job or Zarr key, well-formed or not, is a 404),
+# ``service.storage.names.check_name``; an unknown process, job or Zarr key, well-formed or not, is a 404),
 # and the fuzzing tests check that the document and the service agree.
 ArrayName = Annotated[str, Path(
     description="1-128 characters of [A-Za-z0-9._-], not starting with '.'",

@@ -12,14 +12,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from schemas.service import NPY_MEDIA_TYPE, ArrayInfo, ArrayList
-from service import npy
+from service.storage import npy
 from service.errors import (RANGE_NOT_SATISFIABLE, UNSUPPORTED_MEDIA_TYPE, ServiceError, bad_request, conflict,
                             no_such_array, too_large)
 from service.execution import dtype_header
-from service.objectstore import KEY_PIECE_BYTES
+from service.storage.s3 import KEY_PIECE_BYTES
 from service.routers import ArrayName, ZarrKey, problems
 from service.state import Services, base_url, require_token, services
-from service.storage import check_name
+from service.storage.names import check_name
 
 router = APIRouter(tags=["arrays"], dependencies=[Depends(require_token)])
 

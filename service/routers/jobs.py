@@ -16,7 +16,7 @@ from service.errors import INVALID_PARAMETER, NO_SUCH_ARRAY, NO_SUCH_JOB, RESULT
 from service.execution import dtype_header, npy_bytes
 from service.routers import JobID, problems
 from service.state import Services, base_url, require_token, services
-from service.storage import ArrayStore
+from service.storage.local import ArrayStore
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(require_token)])
 

@@ -20,7 +20,7 @@ from zarr.storage import FsspecStore
 
 import ops
 from service import cli
-from service.run_storage import HeldRootStore
+from service.storage.run_storage import HeldRootStore
 from tests.helpers import assert_same
 from tests.service.test_cluster import dask_processes
 from tests.service.test_object_storage import KEY, SECRET, moto_bucket, raw_fs
@@ -166,7 +166,7 @@ def test_an_output_appears_only_when_every_chunk_is_stored(s3_env, bucket, works
 def test_a_run_that_finds_its_new_output_published_by_another_removes_nothing(s3_env, bucket, workspace):
     """Two runs on one new output: the second to publish is refused and leaves the first's
     output in place (its discard would otherwise remove the whole prefix)."""
-    from service.run_storage import ObjectOutput
+    from service.storage.run_storage import ObjectOutput
     from service.settings import Settings
 
     output = ObjectOutput(f"s3://{BUCKET}/{workspace}/both.zarr", Settings())

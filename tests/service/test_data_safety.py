@@ -25,10 +25,10 @@ import requests
 import xarray as xr
 
 import ops
-from service import storage
+from service.storage import publish
 from service.errors import ServiceError
 from service.records import JobRecords
-from service.storage import ArrayStore
+from service.storage.local import ArrayStore
 from tests.helpers import assert_same, stores_as_made
 from tests.service.conftest import NPY, eventually, inline, load_npy, npy_bytes
 from tests.service.test_e2e_http import start_server, stop_server
@@ -196,23 +196,23 @@ def test_overwrite_swaps_in_one_step(store, monkeypatch):
     if not sys.platform.startswith("linux"):
         pytest.skip("renameat2 is Linux's")
     calls = []
-    real = storage._rename2
+    real = publish._rename2
 
     def spy(src, dst, flags):
         done = real(src, dst, flags)
         calls.append((flags, done))
         return done
 
-    monkeypatch.setattr(storage, "_rename2", spy)
+    monkeypatch.setattr(publish, "_rename2", spy)
     put(store, "a", np.full((8, 64), 1, np.int32))
     put(store, "a", np.full((8, 64), 2, np.int32), overwrite=True)
-    assert calls == [(storage._RENAME_NOREPLACE, True), (storage._RENAME_EXCHANGE, True)]
+    assert calls == [(publish._RENAME_NOREPLACE, True), (publish._RENAME_EXCHANGE, True)]
     assert (store.read_small("a", 2**20) == 2).all()
     assert leftovers(store) == []
 
 
 def test_publish_without_renameat2_falls_back(store, monkeypatch):
-    monkeypatch.setattr(storage, "_renameat2", None)
+    monkeypatch.setattr(publish, "_renameat2", None)
     put(store, "a", np.full((8, 64), 1, np.int32))
     with pytest.raises(ServiceError) as taken:
         put(store, "a", np.full((8, 64), 2, np.int32))
@@ -331,7 +331,7 @@ def test_inputs_are_opened_read_only(store, monkeypatch):
         seen.append(source)
         return real(source, *args, **kwargs)
 
-    monkeypatch.setattr(storage.xr, "open_zarr", spy)
+    monkeypatch.setattr(xr, "open_zarr", spy)
     store.open("ro")
     store.open("ro", pinned=True)
     assert len(seen) == 2 and all(source.read_only for source in seen)

@@ -1,4 +1,4 @@
-"""service/npy.py: NPY round trips, NumPy compatibility, streaming headers and hostile input."""
+"""service/storage/npy.py: NPY round trips, NumPy compatibility, streaming headers and hostile input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ops import dtypes
-from service import npy
-from service.npy import MAGIC, NpyError, NpyHeader, NpyTooLarge
+from service.storage import npy
+from service.storage.npy import MAGIC, NpyError, NpyHeader, NpyTooLarge
 from tests.helpers import assert_same, random_array
 
 LIMIT = 1 << 20

@@ -33,7 +33,7 @@ import ops
 from ops import dtypes
 from service.app import create_app
 from service.execution import Executor
-from service.objectstore import STORAGE_UNAVAILABLE, ObjectArrayStore, StorageUnavailable, open_store
+from service.storage.s3 import STORAGE_UNAVAILABLE, ObjectArrayStore, StorageUnavailable, open_store
 from service.state import services
 from tests.service.conftest import NPY, assert_problem, eventually, inline, load_npy, make_settings, npy_bytes
 from tests.service.test_cluster import dask_processes
@@ -496,7 +496,7 @@ def test_scratch_files_written_at_offsets_go_up_whole_at_the_end(endpoint, bucke
 
 
 def test_zarr_chunks_go_up_as_the_codec_made_them(endpoint, bucket, monkeypatch):
-    """Jobs write through ``service.fsspec_store.ObjectStore``: the request body of a chunk is
+    """Jobs write through ``service.storage.fsspec_store.ObjectStore``: the request body of a chunk is
     the ``bytes`` object the codec produced (zarr's own ``FsspecStore`` sends a copy of it, 16
     MiB more per write on a worker), and what is stored reads back as written."""
     import zarr
@@ -505,7 +505,7 @@ def test_zarr_chunks_go_up_as_the_codec_made_them(endpoint, bucket, monkeypatch)
     from zarr.core.sync import sync
     from zarr.storage import FsspecStore
 
-    from service.fsspec_store import ObjectStore
+    from service.storage.fsspec_store import ObjectStore
 
     bodies, encoded = {}, []
     send, encode = s3fs.S3FileSystem._call_s3, ZstdCodec._encode_single
@@ -548,8 +548,8 @@ def test_a_chunk_is_read_with_one_get(endpoint, bucket, monkeypatch, tmp_path):
     A max_concurrency in the configured storage options still wins."""
     import zarr
 
-    from service.fsspec_store import ObjectStore
-    from service.objectstore import storage_options
+    from service.storage.fsspec_store import ObjectStore
+    from service.storage.s3_config import storage_options
 
     methods = []
     send = s3fs.S3FileSystem._call_s3

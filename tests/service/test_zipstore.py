@@ -1,4 +1,4 @@
-"""Tests of service.zipstore: safe extraction of an uploaded, zipped Zarr v3 store."""
+"""Tests of service.storage.zip_extract and zip_checks: safe extraction of an uploaded, zipped Zarr v3 store."""
 
 from __future__ import annotations
 
@@ -19,13 +19,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from service.zipstore import (
-    ITEMSIZES,
-    ZipStoreError,
-    ZipTooLarge,
-    check_array_metadata,
-    extract_zarr_zip,
-)
+from service.storage.zip_checks import ITEMSIZES, ZipStoreError, ZipTooLarge, check_array_metadata
+from service.storage.zip_extract import extract_zarr_zip
 
 MiB = 1024 * 1024
 MAX = 64 * MiB  # max_bytes for the cases not about size

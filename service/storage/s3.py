@@ -23,15 +23,13 @@ naming the data root; the service does not start when the bucket cannot be reach
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import re
-import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from functools import wraps
 from pathlib import Path
 
@@ -39,11 +37,16 @@ import xarray as xr
 from zarr.storage import FsspecStore
 
 from service.errors import PROJECT, ServiceError, conflict, no_such_array
-from service.fsspec_store import ObjectStore
-from service.records import now
 from service.settings import Settings
-from service.storage import (_KEY_PART, NAME, ArrayStore, Located, NpyUpload, _configured_scratch, check_name,
-                             from_stored, located)
+from service.storage.fsspec_store import ObjectStore
+from service.storage.local import ArrayStore
+from service.storage.metadata import Located, located
+from service.storage.names import KEY_PART, NAME, check_name
+from service.storage.raw_dtypes import from_stored
+from service.storage.s3_config import storage_options
+from service.storage.s3_pins import PinnedFsspecStore, Version, VersionPin, VersionPins
+from service.storage.scratch import configured_scratch
+from service.storage.upload import NpyUpload
 
 log = logging.getLogger(__name__)
 
@@ -51,36 +54,11 @@ STORAGE_UNAVAILABLE = PROJECT + "storage-unavailable"
 # Chunk keys up to this size are read whole before the HTTP response starts (so a storage
 # failure is a clean 503); larger ones are streamed in pieces of this size.
 KEY_PIECE_BYTES = 8 * 2**20
-# Unless storage_options say otherwise: give up on an unreachable endpoint within seconds.
-DEFAULT_CONFIG = {"connect_timeout": 5, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
 _URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
 
 
 class StorageUnavailable(RuntimeError):
     """The data root cannot be used (raised at start-up; requests get a 503 instead)."""
-
-
-def storage_options(settings: Settings) -> dict:
-    """The s3fs options the settings describe: ``storage_options`` with the ``s3_*`` fields
-    over them, and short connection timeouts unless ``config_kwargs`` is given."""
-    options = dict(settings.storage_options)
-    client = dict(options.get("client_kwargs") or {})
-    if settings.s3_endpoint_url:
-        client["endpoint_url"] = settings.s3_endpoint_url
-    if settings.s3_region:
-        client["region_name"] = settings.s3_region
-    if client:
-        options["client_kwargs"] = client
-    if settings.s3_key is not None:
-        options["key"] = settings.s3_key.get_secret_value()
-    if settings.s3_secret is not None:
-        options["secret"] = settings.s3_secret.get_secret_value()
-    options.setdefault("config_kwargs", DEFAULT_CONFIG)
-    # s3fs reads a whole object with a HEAD first when max_concurrency > 1 (to split one larger
-    # than its 50 MiB block size into concurrent ranged GETs): two round trips for every Zarr
-    # chunk, which is far smaller. One GET each.
-    options.setdefault("max_concurrency", 1)
-    return options
 
 
 def open_store(settings: Settings) -> ArrayStore:
@@ -100,88 +78,9 @@ def open_store(settings: Settings) -> ArrayStore:
     return store
 
 
-@dataclass
-class Version:
-    """One array version's prefix (``versions/<id>``); ``published`` once a pointer names it,
-    after which ``discard`` leaves it alone."""
-
-    id: str
-    path: str           # bucket/prefix/versions/<id>, as s3fs names it
-    published: bool = False
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.path}"
-
-
-class _VersionPin:
-    """One reader's hold on one version, released when the last object referring to it
-    (a Zarr store, a key being served) is garbage-collected."""
-
-    _serial = itertools.count()
-
-    def __init__(self, pins: _VersionPins, version: Version):
-        self.version = version
-        self.serial = next(self._serial)
-        weakref.finalize(self, pins.release, version.id)
-
-
-class _VersionPins:
-    """Versions being read in this process, and the replaced or deleted ones whose removal
-    waits for their last reader."""
-
-    def __init__(self, remove):
-        self._remove = remove  # remove(version), blocking
-        self._lock = threading.Lock()
-        self._readers: dict[str, int] = {}
-        self._doomed: dict[str, Version] = {}
-
-    def pin(self, version: Version) -> _VersionPin:
-        with self._lock:
-            self._readers[version.id] = self._readers.get(version.id, 0) + 1
-        return _VersionPin(self, version)
-
-    def release(self, version_id: str) -> None:
-        """A pin's finalizer (any thread, maybe the event loop's): never raises or blocks."""
-        with self._lock:
-            left = self._readers.get(version_id, 1) - 1
-            if left > 0:
-                self._readers[version_id] = left
-                return
-            self._readers.pop(version_id, None)
-            doomed = self._doomed.pop(version_id, None)
-        if doomed is not None:
-            try:
-                threading.Thread(target=self._remove, args=(doomed,), name="remove-replaced-version",
-                                 daemon=True).start()
-            except RuntimeError:  # interpreter shutdown: the next start-up sweep removes it
-                pass
-
-    def dispose(self, version: Version) -> None:
-        """Remove a version no pointer names any more: now, or when its last reader lets go."""
-        with self._lock:
-            if version.id in self._readers:
-                self._doomed[version.id] = version
-                return
-        self._remove(version)
-
-    def waiting(self) -> list[Version]:
-        with self._lock:
-            return list(self._doomed.values())
-
-
-class _PinnedFsspecStore(FsspecStore):
-    """A read-only FsspecStore on one version that keeps its pin while it, or a copy of it,
-    is referenced (by xarray, zarr, a Dask graph run in this process)."""
-
-    def __init__(self, fs, *, pin: _VersionPin, path: str = "/", read_only: bool = True,
-                 allowed_exceptions=None):
-        kwargs = {} if allowed_exceptions is None else {"allowed_exceptions": allowed_exceptions}
-        super().__init__(fs, path=path, read_only=True, **kwargs)
-        self.pin = pin
-
-    def with_read_only(self, read_only: bool = False):
-        return type(self)(self.fs, pin=self.pin, path=self.path, allowed_exceptions=self.allowed_exceptions)
+def _now() -> str:
+    """A pointer's ``published`` time: UTC, ISO 8601 to the millisecond, as the job records write it."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -191,7 +90,7 @@ class RemoteKey:
     store: ObjectArrayStore
     path: str
     size: int
-    pin: _VersionPin
+    pin: VersionPin
 
     @property
     def name(self) -> str:
@@ -244,7 +143,7 @@ class ObjectArrayStore(ArrayStore):
         self.state_dir = Path(state_dir).resolve()
         self.tmp = self.state_dir / "tmp"  # local upload spools only
         self.tmp.mkdir(parents=True, exist_ok=True)
-        self._pins = _VersionPins(self._remove_version)
+        self._pins = VersionPins(self._remove_version)
         self._check_bucket(create_bucket)
 
     # --- errors ---------------------------------------------------------------------------
@@ -305,7 +204,7 @@ class ObjectArrayStore(ArrayStore):
     def _version(self, version_id: str, published: bool = False) -> Version:
         return Version(version_id, f"{self.base}/versions/{version_id}", published)
 
-    def _pinned_current(self, name: str) -> _VersionPin:
+    def _pinned_current(self, name: str) -> VersionPin:
         """A pin on the version ``name`` points to, taken before checking that it still does
         (a publish that flipped the pointer meanwhile has disposed of it, or will wait)."""
         for _ in range(16):
@@ -387,7 +286,7 @@ class ObjectArrayStore(ArrayStore):
             pin = self._pinned_current(name)
             found = self.locate(name, pin.version)
             plain = self._zarr_store(pin.version, read_only=True)
-            source = _PinnedFsspecStore(plain.fs, pin=pin, path=plain.path)
+            source = PinnedFsspecStore(plain.fs, pin=pin, path=plain.path)
         else:
             found = self.locate(name)
             source = self._zarr_store(found.path, read_only=True)
@@ -417,7 +316,7 @@ class ObjectArrayStore(ArrayStore):
         made of ``[A-Za-z0-9_.-]`` parts, so never one outside the array's version."""
         pin = self._pinned_current(name)
         parts = key.split("/")
-        if not key or not all(_KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        if not key or not all(KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts):
             return None
         path = f"{pin.version.path}/{key}"
         try:
@@ -451,7 +350,7 @@ class ObjectArrayStore(ArrayStore):
             # costs no request and no server time.
             return super().scratch(prefix)
         root = self.scratch_root or (f"s3://{self.base}/scratch", self.options)
-        return _configured_scratch(*root, prefix)
+        return configured_scratch(*root, prefix)
 
     def zarr_target(self, location: Version, sub: str = "") -> FsspecStore:
         """A writable Zarr store on ``location`` (picklable: Dask workers write through it)."""
@@ -470,7 +369,7 @@ class ObjectArrayStore(ArrayStore):
         conditional PUT (409 if the name exists and ``overwrite`` is false); a replaced
         version is removed now, or when its last pinned reader in this process lets go."""
         ref = self._ref(name)
-        pointer = json.dumps({"version": built.id, "published": now()}).encode()
+        pointer = json.dumps({"version": built.id, "published": _now()}).encode()
         if not overwrite:
             try:
                 self.fs.pipe_file(ref, pointer, IfNoneMatch="*")
@@ -535,7 +434,7 @@ class _Guard:
 
 
 def _storage_failure(error: BaseException) -> bool:
-    from service.npy import NpyError
+    from service.storage.npy_header import NpyError
 
     if isinstance(error, (ServiceError, NpyError)):
         return False

@@ -26,7 +26,7 @@ from pathlib import Path
 import dask
 from zarr.storage import FsspecStore
 
-from service.fsspec_store import ObjectStore
+from service.storage.fsspec_store import ObjectStore
 
 ROOT_METADATA = "zarr.json"
 
@@ -39,7 +39,7 @@ def is_url(text: str) -> bool:
 def storage_options(url: str, settings) -> dict:
     """The fsspec options for ``url``: for S3 the service's s3fs options, else the settings'
     ``storage_options`` as given."""
-    from service.objectstore import storage_options as s3_options
+    from service.storage.s3_config import storage_options as s3_options
 
     protocol = url.split("://", 1)[0]
     return s3_options(settings) if protocol in ("s3", "s3a") else dict(settings.storage_options)
@@ -66,7 +66,7 @@ def url_exists(url: str, settings) -> bool:
 
 
 class HeldRootStore(ObjectStore):
-    """An ``ObjectStore`` (service/fsspec_store.py) that keeps the root ``zarr.json`` in
+    """An ``ObjectStore`` (service/storage/fsspec_store.py) that keeps the root ``zarr.json`` in
     memory instead of storing it (``held_root`` gives it to store last): until then the
     prefix is no Zarr group, whatever else is in it."""
 

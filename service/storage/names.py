@@ -1,0 +1,56 @@
+"""Array names, Zarr keys and the ``?dims=`` / ``?chunks=`` texts of an upload, checked.
+
+An array name (``check_name``) is 1-128 characters of ``[A-Za-z0-9._-]`` not starting with
+``.``: it is a directory (or a pointer object) under the data root, so nothing else may pass.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from service.errors import bad_request
+
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+# One part of a Zarr key (``NAME/c/0/0``) that the HTTP route serves.
+KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
+# The most chunks (files) a client may ask an array to be cut into with ?chunks=.
+MAX_CHUNK_COUNT = 1_000_000
+
+
+def check_name(name: str, what: str = "array name") -> str:
+    """An array name: 1-128 characters of ``[A-Za-z0-9._-]``, not starting with ``.``."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or name.startswith("."):
+        raise bad_request(
+            f"{what} must be 1-128 characters of [A-Za-z0-9._-] not starting with '.', got {name!r}"
+        )
+    return name
+
+
+def parse_dims(text: str | None, ndim: int) -> tuple[str, ...] | None:
+    """``?dims=n,y,x,c`` as a tuple of distinct names, one per axis."""
+    if text is None:
+        return None
+    names = tuple(part.strip() for part in text.split(","))
+    if len(names) != ndim or len(set(names)) != ndim or not all(NAME.fullmatch(n) for n in names):
+        raise bad_request(f"dims must be {ndim} distinct comma-separated names of [A-Za-z0-9._-], got {text!r}")
+    return names
+
+
+def parse_chunks(text: str | None, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``?chunks=1,256,256,-1`` (``-1``: the whole axis) as one positive chunk length per axis;
+    a length past its axis is the whole axis (Zarr would allocate a chunk that long)."""
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",")] if shape else []
+    except ValueError:
+        raise bad_request(f"chunks must be comma-separated integers, got {text!r}") from None
+    if len(values) != len(shape) or any(v == 0 or v < -1 for v in values):
+        raise bad_request(f"chunks must give {len(shape)} positive lengths (or -1 for a whole axis), got {text!r}")
+    chunks = tuple(max(1, n) if v == -1 else min(v, max(1, n)) for v, n in zip(values, shape))
+    count = math.prod(math.ceil(n / c) for n, c in zip(shape, chunks))
+    if count > MAX_CHUNK_COUNT:  # each chunk is a file: millions of them exhaust the disk's inodes
+        raise bad_request(f"chunks {list(chunks)} would cut shape {list(shape)} into {count} chunks, more than "
+                          f"{MAX_CHUNK_COUNT}; choose larger chunks")
+    return chunks
