@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.engine import Status, events, from_schema  # noqa: E402
 
-from service.app import create_app  # noqa: E402
+from service.api.app import create_app  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from bench import fuzzing  # noqa: E402
 

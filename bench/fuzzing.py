@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from schemathesis.config import SchemathesisConfig
 
 from ops import registry
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings
 
 NPY = "application/x-npy"

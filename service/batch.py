@@ -415,9 +415,9 @@ def describe_plan(plan: Plan) -> list[str]:
 
 
 def connect(settings, *, dashboard: bool = False):
-    """A ``service.cluster.Cluster``, started and answering (exit 4 otherwise). The embedded
+    """A ``service.jobs.cluster.Cluster``, started and answering (exit 4 otherwise). The embedded
     cluster gets a dashboard only when asked: it costs the start-up more than a small run."""
-    from service.cluster import Cluster, ClusterUnavailable
+    from service.jobs.cluster import Cluster, ClusterUnavailable
 
     cluster = Cluster(settings, dashboard=dashboard)
     try:
@@ -434,7 +434,7 @@ def connect(settings, *, dashboard: bool = False):
 
 
 class ProgressBar:
-    """Finished tasks out of all, from the scheduler's own count (``service.progress``), on
+    """Finished tasks out of all, from the scheduler's own count (``service.jobs.progress``), on
     stderr: redrawn in place on a terminal, one line per tenth otherwise."""
 
     WIDTH = 30
@@ -476,7 +476,7 @@ class ProgressBar:
 
 def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     """Wait for ``future`` with a progress bar; a scheduler silent for ``patience`` s is lost."""
-    from service import progress
+    from service.jobs import progress
 
     job = uuid.uuid4().hex
     try:

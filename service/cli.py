@@ -44,7 +44,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.app import create_app
+    from service.api.app import create_app
 
     settings = settings_from(args)
     print(f"chunked-tensor-ops: serving on http://{settings.host}:{settings.port} "

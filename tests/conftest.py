@@ -40,7 +40,7 @@ IMPORT_STAGES = {
     "schemas": "import schemas",
     "ops": "import ops, ops._coords, ops.gather_nd, xarray",
     "service": "import service",
-    "service.app": "import service.app",
+    "service.api.app": "import service.api.app",
     "first compiled call": "ops.depth_to_space(__import__('numpy').zeros((1, 2, 2, 4), 'float32'), 2)",
 }
 _PROBE = """

@@ -70,7 +70,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circles_and_dependencies_point_service_ops_schemas():
     graph = import_graph()
-    assert {"ops.accessor", "ops.registry", "service.app", "schemas"} <= set(graph)
+    assert {"ops.accessor", "ops.registry", "service.api.app", "schemas"} <= set(graph)
     assert cycles(graph) == []
     upward = [(module, target) for module, targets in graph.items() for target in targets
               if PACKAGES.index(target.split(".")[0]) > PACKAGES.index(module.split(".")[0])]
@@ -112,8 +112,8 @@ def test_user_docs_do_not_point_outside_the_project():
 @pytest.mark.smoke
 def test_service_import_starts_nothing(fresh_imports):
     """create_app is a factory: importing the service opens no cluster, files or sockets."""
-    assert "fastapi" in fresh_imports["service.app"]["modules"]
-    assert fresh_imports["service.app"]["threads"] == 1
+    assert "fastapi" in fresh_imports["service.api.app"]["modules"]
+    assert fresh_imports["service.api.app"]["threads"] == 1
 
 
 def test_demo_runs(capsys):

@@ -7,7 +7,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
+from service.api.app import create_app
 from tests.service.conftest import make_settings
 
 OPEN = {"/", "/healthz"}

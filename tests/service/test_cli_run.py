@@ -521,7 +521,7 @@ def test_a_service_job_records_progress_when_the_start_answered_late():
     progress (before, it stayed at 0 until the end), and the tracker is removed."""
     from types import SimpleNamespace
 
-    from service.execution import Executor
+    from service.jobs.execution import Executor
 
     recorded = []
     executor = SimpleNamespace(
@@ -530,7 +530,7 @@ def test_a_service_job_records_progress_when_the_start_answered_late():
     client = _SlowStartClient([(11, 11), (11, 6), (11, 2)])
     client.status = "running"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("service.execution.POLL_SECONDS", 0.01)
+        patch.setattr("service.jobs.execution.POLL_SECONDS", 0.01)
         assert Executor._wait(executor, "job", client, _FinishingFuture(polls=3)) == "stored"
     assert recorded == [0, 45, 81]
     assert client.calls[-1] == "stop"

@@ -22,7 +22,7 @@ from distributed import Client
 from fastapi.testclient import TestClient
 
 import ops
-from service.app import create_app
+from service.api.app import create_app
 from tests.service.conftest import NPY, eventually, inline, load_npy, make_settings, npy_bytes
 
 DASK = Path(sys.executable).parent / "dask"

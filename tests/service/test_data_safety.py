@@ -25,9 +25,9 @@ import requests
 import xarray as xr
 
 import ops
-from service.storage import publish
 from service.errors import ServiceError
-from service.records import JobRecords
+from service.jobs.records import JobRecords
+from service.storage import publish
 from service.storage.local import ArrayStore
 from tests.helpers import assert_same, stores_as_made
 from tests.service.conftest import NPY, eventually, inline, load_npy, npy_bytes
@@ -54,7 +54,7 @@ def tree_digest(path: Path) -> dict[str, tuple[str, int]]:
 
 WRITER = textwrap.dedent("""
     import sys, uuid
-    from service.records import JobRecords, now
+    from service.jobs.records import JobRecords, now
     records = JobRecords(sys.argv[1])
     tag = sys.argv[2]
     for i in range(100000):

@@ -35,7 +35,7 @@ from distributed import Client
 from fastapi.testclient import TestClient
 
 import ops
-from service.app import create_app
+from service.api.app import create_app
 from tests.service.conftest import NPY, load_npy, make_settings, npy_bytes
 from tests.service.test_cluster import (DASK, REPO, _free_port, assert_bit_exact, bounded, download,
                                         eventually, execute_body, job_leftovers, processing, submit, upload,

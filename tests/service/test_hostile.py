@@ -48,7 +48,7 @@ from fastapi.testclient import TestClient
 
 import ops
 from ops.errors import InvalidArgument
-from service.app import create_app
+from service.api.app import create_app
 from tests.service.conftest import NPY, assert_problem, inline, make_settings, npy_bytes
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30

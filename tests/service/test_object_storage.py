@@ -31,10 +31,10 @@ from fastapi.testclient import TestClient
 
 import ops
 from ops import dtypes
-from service.app import create_app
-from service.execution import Executor
+from service.api.app import create_app
+from service.api.state import services
+from service.jobs.execution import Executor
 from service.storage.s3 import STORAGE_UNAVAILABLE, ObjectArrayStore, StorageUnavailable, open_store
-from service.state import services
 from tests.service.conftest import NPY, assert_problem, eventually, inline, load_npy, make_settings, npy_bytes
 from tests.service.test_cluster import dask_processes
 

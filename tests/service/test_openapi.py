@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ops import registry
-from service.app import create_app
+from service.api.app import create_app
 
 
 @pytest.mark.smoke

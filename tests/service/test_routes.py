@@ -29,8 +29,8 @@ from fastapi.testclient import TestClient
 import ops
 from ops import dtypes
 from ops.errors import InvalidArgument
-from service.app import create_app
-from service.records import JobRecords
+from service.api.app import create_app
+from service.jobs.records import JobRecords
 from tests.helpers import assert_same, random_array
 from tests.service.conftest import NPY, assert_problem, inline, load_npy, make_settings, npy_bytes
 

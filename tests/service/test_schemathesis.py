@@ -26,7 +26,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import settings
 
-from service.app import create_app
+from service.api.app import create_app
 from bench import fuzzing
 from tests.service.conftest import NPY, inline, make_settings, npy_bytes
 

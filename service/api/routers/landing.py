@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from schemas.service import OGC_CONFORMANCE, OGC_REL, Conformance, LandingPage
-from service.routers import problems
-from service.state import base_url, require_token
+from service.api.routers import problems
+from service.api.state import base_url, require_token
 
 router = APIRouter(tags=["landing"])
 

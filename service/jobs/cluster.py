@@ -12,8 +12,8 @@ import dask
 from distributed import Client, LocalCluster, WorkerPlugin
 
 from service.errors import CLUSTER_UNAVAILABLE, ServiceError
-from service.storage.fsspec_store import close_sessions
 from service.settings import Settings
+from service.storage.fsspec_store import close_sessions
 
 log = logging.getLogger(__name__)
 

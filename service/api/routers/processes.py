@@ -14,14 +14,19 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from ops import registry
-from schemas.service import (ARRAY_NAME_PATTERN, NPY_MEDIA_TYPE, ExecuteRequest, ProcessDescription, ProcessList,
-                             StatusInfo)
-from service import descriptions
+from schemas.service import (
+    ARRAY_NAME_PATTERN,
+    NPY_MEDIA_TYPE,
+    ExecuteRequest,
+    ProcessDescription,
+    ProcessList,
+    StatusInfo,
+)
+from service.api import descriptions
+from service.api.routers import ProcessID, dtype_header, npy_bytes, problems
+from service.api.routers.jobs import result_document, status_info
+from service.api.state import Services, base_url, require_token, services
 from service.errors import NO_SUCH_PROCESS, ServiceError, bad_request, too_large
-from service.execution import dtype_header, npy_bytes
-from service.routers import ProcessID, problems
-from service.routers.jobs import result_document, status_info
-from service.state import Services, base_url, require_token, services
 
 router = APIRouter(tags=["processes"], dependencies=[Depends(require_token)])
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from fastapi import Request, Security
 from fastapi.security import HTTPBearer
 
-from service.cluster import Cluster
 from service.errors import UNAUTHORIZED, ServiceError
-from service.execution import Executor
-from service.records import JobRecords
+from service.jobs.cluster import Cluster
+from service.jobs.execution import Executor
+from service.jobs.records import JobRecords
 from service.settings import Settings
 from service.storage.local import ArrayStore
 

@@ -1,16 +1,17 @@
 """One router per resource: landing/conformance, processes, jobs, arrays, health.
 
-What the routers share: the OpenAPI ``responses`` of OGC exception bodies, and the path
-parameters, whose documented constraints are the ones the service enforces."""
+What the routers share: the OpenAPI ``responses`` of OGC exception bodies, the path
+parameters, whose documented constraints are the ones the service enforces, and the NPY
+bytes and ``X-Array-Dtype`` header of an array in a response."""
 
 from typing import Annotated
 
+import numpy as np
 from fastapi import Path
 
 from ops import registry
 from schemas.service import ARRAY_NAME_PATTERN, JOB_ID_PATTERN, ZARR_KEY_PATTERN, Exception_
-
-JSON_PROBLEM = "application/json"
+from service.storage import npy
 
 _TEXT = {400: "Bad parameters", 401: "Missing or wrong token", 404: "Not found", 409: "Conflict",
          413: "Too large", 415: "Unsupported media type", 416: "Range not satisfiable",
@@ -41,3 +42,13 @@ JobID = Annotated[str, Path(
 ZarrKey = Annotated[str, Path(
     description="a key of the stored Zarr v3 group: zarr.json, or a chunk key such as NAME/c/0/0",
     json_schema_extra={"pattern": ZARR_KEY_PATTERN})]
+
+
+def dtype_header(dtype) -> dict:
+    """The ``X-Array-Dtype`` header for a dtype that NPY cannot name (bfloat16, complex32)."""
+    _, declared = npy.wire_dtype(np.dtype(dtype))
+    return {"X-Array-Dtype": declared} if declared else {}
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    return npy.encode(np.asarray(array))  # np.ascontiguousarray would make a 0-d array 1-d

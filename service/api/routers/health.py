@@ -7,7 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from schemas.service import Health
-from service.state import Services, services
+from service.api.state import Services, services
 
 router = APIRouter(tags=["health"])
 

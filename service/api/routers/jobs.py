@@ -12,10 +12,9 @@ from fastapi.responses import JSONResponse
 
 from ops import registry
 from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results, StatusInfo
+from service.api.routers import JobID, dtype_header, npy_bytes, problems
+from service.api.state import Services, base_url, require_token, services
 from service.errors import INVALID_PARAMETER, NO_SUCH_ARRAY, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError
-from service.execution import dtype_header, npy_bytes
-from service.routers import JobID, problems
-from service.state import Services, base_url, require_token, services
 from service.storage.local import ArrayStore
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(require_token)])

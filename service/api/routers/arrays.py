@@ -12,14 +12,20 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from schemas.service import NPY_MEDIA_TYPE, ArrayInfo, ArrayList
+from service.api.routers import ArrayName, ZarrKey, dtype_header, problems
+from service.api.state import Services, base_url, require_token, services
+from service.errors import (
+    RANGE_NOT_SATISFIABLE,
+    UNSUPPORTED_MEDIA_TYPE,
+    ServiceError,
+    bad_request,
+    conflict,
+    no_such_array,
+    too_large,
+)
 from service.storage import npy
-from service.errors import (RANGE_NOT_SATISFIABLE, UNSUPPORTED_MEDIA_TYPE, ServiceError, bad_request, conflict,
-                            no_such_array, too_large)
-from service.execution import dtype_header
-from service.storage.s3 import KEY_PIECE_BYTES
-from service.routers import ArrayName, ZarrKey, problems
-from service.state import Services, base_url, require_token, services
 from service.storage.names import check_name
+from service.storage.s3 import KEY_PIECE_BYTES
 
 router = APIRouter(tags=["arrays"], dependencies=[Depends(require_token)])
 

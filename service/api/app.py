@@ -16,12 +16,12 @@ from fastapi.responses import JSONResponse
 
 from ops import registry
 from service import errors
-from service.cluster import Cluster
-from service.execution import Executor
-from service.records import JobRecords
-from service.routers import arrays, health, jobs, landing, processes
+from service.api.routers import arrays, health, jobs, landing, processes
+from service.api.state import Services, require_token
+from service.jobs.cluster import Cluster
+from service.jobs.execution import Executor
+from service.jobs.records import JobRecords
 from service.settings import Settings
-from service.state import Services, require_token
 from service.storage.s3 import open_store
 
 log = logging.getLogger(__name__)
