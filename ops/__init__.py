@@ -6,8 +6,8 @@ array (and returns a lazy Dask array built block by block, never materialising t
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ops import accessor, dataset_accessor, dtypes, errors  # the accessors register DataArray.ops, Dataset.ops
-from ops._coords import CoordinateDropped
+from ops import accessor, dtypes, errors  # the accessor package registers DataArray.ops, Dataset.ops
+from ops.accessor import CoordinateDropped
 from ops._fused_stores import fusing_stores
 from ops._scratch import scratch
 from ops.dequant import ascend_dequant, pack_deq_scale, unpack_deq_scale
@@ -24,7 +24,6 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = [
     "__version__",
     "accessor",
-    "dataset_accessor",
     "CoordinateDropped",
     "InvalidArgument",
     "ascend_dequant",

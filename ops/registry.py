@@ -8,7 +8,7 @@ process descriptions and the OpenAPI document are generated from these entries.
 ``apply`` runs an entry on NumPy/Dask arrays or on xarray DataArrays. A DataArray whose dims
 the ``.ops`` accessor recognises (or an explicit ``dims`` mapping) goes through the accessor,
 so dims are matched by name and coordinates and attrs are kept (the adapters of
-``ops._named_calls``); anything else runs the plain function positionally and the result
+``ops.accessor.named_calls``); anything else runs the plain function positionally and the result
 gets the dim names of the operator's roles.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import xarray as xr
 from pydantic import BaseModel
 
-from ops._named_calls import NAMED_DIMS
+from ops.accessor.named_calls import NAMED_DIMS
 from ops.dequant import ascend_dequant
 from ops.depth_space import depth_to_space, space_to_depth
 from ops.dims import is_named

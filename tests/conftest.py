@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
 # run in a single process, each after the ones before it, as a user's session would.
 IMPORT_STAGES = {
     "schemas": "import schemas",
-    "ops": "import ops, ops._coords, ops.gather_nd, xarray",
+    "ops": "import ops, ops.accessor.coords, ops.gather_nd, xarray",
     "service": "import service",
     "service.api.app": "import service.api.app",
     "first compiled call": "ops.depth_to_space(__import__('numpy').zeros((1, 2, 2, 4), 'float32'), 2)",

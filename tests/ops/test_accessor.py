@@ -48,7 +48,7 @@ def test_registered_and_stateless():
     accessor = arr.ops
     assert isinstance(accessor, ops.accessor.OpsAccessor)
     assert vars(accessor) == {"_obj": arr}
-    assert isinstance(xr.Dataset({"a": arr}).ops, ops.dataset_accessor.OpsDatasetAccessor)
+    assert isinstance(xr.Dataset({"a": arr}).ops, ops.accessor.OpsDatasetAccessor)
 
 
 @pytest.mark.parametrize(

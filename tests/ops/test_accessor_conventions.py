@@ -19,8 +19,8 @@ import pytest
 import xarray as xr
 
 import ops
-from ops.accessor import OpsAccessor
-from ops.dataset_accessor import OpsDatasetAccessor
+from ops.accessor import OpsAccessor, OpsDatasetAccessor
+from ops.accessor.docstrings import from_dataarray
 from ops.errors import DimensionError
 from ops.errors import InvalidArgument
 from tests.helpers import assert_same
@@ -181,6 +181,28 @@ def test_docstring_examples_run():
     for test in tests:
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+@pytest.mark.parametrize("name", sorted(name for cls, name in PUBLIC if cls is OpsDatasetAccessor))
+def test_dataset_docstrings_are_made_from_the_dataarray_ones(name):
+    """One source: the Dataset method shows the DataArray method's description and parameters,
+    with its own summary, Returns and examples."""
+    on_array, on_dataset = inspect.getdoc(getattr(OpsAccessor, name)), inspect.getdoc(getattr(OpsDatasetAccessor, name))
+    assert on_dataset.splitlines()[0].startswith(f"``DataArray.ops.{name}`` on every data variable that ")
+    assert on_array.split("\nParameters\n", 1)[0] in on_dataset  # summary and description
+    array_sections, dataset_sections = _sections(on_array), _sections(on_dataset)
+    assert dataset_sections["Parameters"] == array_sections["Parameters"]
+    assert [line for line in dataset_sections["Returns"] if line.strip()][0] == "xarray.Dataset"
+    assert dataset_sections["Examples"] != array_sections["Examples"]
+    assert "ds.ops." in "\n".join(dataset_sections["Examples"])
+
+
+def test_a_dataset_method_must_take_the_parameters_of_the_dataarray_method():
+    def depth_to_space(self, block_size, *, dims=None):
+        """Examples\n--------\n>>> 1\n1"""
+
+    with pytest.raises(TypeError, match="does not take the parameters of DataArray.ops.depth_to_space"):
+        from_dataarray(OpsAccessor.depth_to_space)(depth_to_space)
 
 
 # --- 4. repr ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Coordinates through the accessor (ops/_coords.py): even steps with a dtype-fit tolerance, cell
+"""Coordinates through the accessor (ops/accessor/coords.py): even steps with a dtype-fit tolerance, cell
 centres refined and coarsened, block grids with provenance coordinates, channel label groups,
 exact restoration by invert() and by the plain inverse call, through Zarr too.
 
@@ -16,7 +16,7 @@ import pytest
 import xarray as xr
 
 from ops import CoordinateDropped
-from ops._coords import coarsened, even_step, refined
+from ops.accessor.coord_values import coarsened, even_step, refined
 
 # Zarr 3 stores fixed-width string coords with a not-yet-specified dtype; xarray reads them back.
 pytestmark = pytest.mark.filterwarnings("ignore:The data type .* does not have a Zarr V3 specification")
@@ -241,7 +241,7 @@ def test_invert_restores_datetime_and_2d_coordinates_from_the_record(monkeypatch
     assert step["coords"]["y"]["values"][2].startswith("2026-01-04T00:00:00")
     xr.testing.assert_identical(out.ops.invert(), arr)
     # Past the size limit the record is left out, and the warning says invert() cannot restore it.
-    monkeypatch.setattr("ops._coords.MAX_RECORDED_VALUES", 10)
+    monkeypatch.setattr("ops.accessor.coords.MAX_RECORDED_VALUES", 10)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = arr.ops.depth_to_space(2)

@@ -2,8 +2,9 @@
 whose dims it recognises (or that come with a ``dims`` mapping), or returns None so that the
 plain function runs positionally (``ops.registry.apply``).
 
-The adapters reach the accessor through ``DataArray.ops`` (registered by ``import ops``), not
-by importing it: the accessor sits above the registry.
+The registry imports this module, and ``ops.accessor.dataarray`` imports the registry: so the
+adapters reach the accessor through ``DataArray.ops`` (registered by ``import ops``), not by
+importing it, and this module imports nothing of its package.
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ The rules (docs/accessor.md, "Coordinates"):
 * A CF grid mapping coordinate (rioxarray's ``spatial_ref``) with a ``GeoTransform`` gets the
   transform of the new grid; coordinate attrs (units, axis, standard_name, ...) are kept.
 
-This module works on the attrs and coordinates only: it never imports rioxarray.
+This module decides which rule each coordinate gets, drops what cannot stay true and records what
+``invert`` needs; the arithmetic of the new values is ``ops.accessor.coord_values``'s. Both work
+on the attrs and coordinates only: they never import rioxarray.
 """
 
 from __future__ import annotations
@@ -43,9 +45,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
-HISTORY = "ops_history"
+from ops.accessor.coord_values import (
+    at_positions,
+    centre_maps_depth,
+    channel_index,
+    coarsened,
+    fill_offsets,
+    georeference,
+    merged,
+    refined,
+)
+from ops.accessor.history import HISTORY
+
 MAX_RECORDED_VALUES = 10_000  # beyond this, a coordinate is not copied into attrs for invert()
-_JOIN = "|"
 _INVERSE = {
     "depth_to_space": "space_to_depth",
     "space_to_depth": "depth_to_space",
@@ -61,142 +73,12 @@ class CoordinateDropped(UserWarning):
 
 def _warn(message: str) -> None:
     """Warn at the first frame outside ops and xarray (the user's line)."""
-    here = os.path.dirname(__file__)
+    here = os.path.dirname(os.path.dirname(__file__))  # the ops package, not just ops/accessor
     inside = (here, os.path.dirname(xr.__file__))
     level, frame = 2, sys._getframe(1)  # stacklevel 1 would be this function
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, CoordinateDropped, stacklevel=level)
-
-
-# ---------------------------------------------------------------------------------------------
-# Even spacing
-
-
-def _exact_kind(values: np.ndarray) -> bool:
-    return values.dtype.kind in "iumM"
-
-
-def _as_int64(values: np.ndarray) -> np.ndarray:
-    return values.view("int64") if values.dtype.kind in "mM" else values.astype(np.int64)
-
-
-def even_step(values: np.ndarray):
-    """``(step, None)`` for an evenly spaced 1-D numeric coordinate, else ``(None, reason)``.
-
-    Integer and datetime steps are exact ints (datetimes in their own unit); float steps are the
-    endpoints' slope, accepted when no value strays from the line by more than the tolerance.
-    """
-    values = np.asarray(values)
-    if values.dtype.kind not in "iufmM":
-        return None, f"its dtype {values.dtype} is not numeric"
-    if values.ndim != 1 or len(values) < 2:
-        return None, "it has fewer than 2 values, so no step"
-    if _exact_kind(values):
-        if values.dtype.kind in "mM" and np.isnat(values).any():
-            return None, "it holds NaT"
-        steps = np.diff(_as_int64(values))
-        if steps[0] == 0 or not (steps == steps[0]).all():
-            bad = int(np.argmax(steps != steps[0])) if steps[0] != 0 else 0
-            return None, f"its steps differ (step {steps[0]} at index 0, {steps[bad]} at index {bad})"
-        return int(steps[0]), None
-    numbers = values.astype(np.float64)
-    if not np.isfinite(numbers).all():
-        return None, "it holds NaN or infinite values"
-    step = (numbers[-1] - numbers[0]) / (len(numbers) - 1)
-    tolerance = max(16 * np.finfo(values.dtype).eps * np.abs(numbers).max(), 1e-5 * abs(step))
-    off = np.abs(numbers - (numbers[0] + step * np.arange(len(numbers))))
-    if step == 0 or off.max() > tolerance:
-        worst = int(np.argmax(off))
-        return None, (f"it is not evenly spaced: value {float(numbers[worst])!r} at index {worst} is "
-                      f"{off[worst]:.3g} off the line from {float(numbers[0])!r} to {float(numbers[-1])!r} "
-                      f"(tolerance {tolerance:.3g})")
-    return float(step), None
-
-
-def _shifted(anchors: np.ndarray, step, numerator: np.ndarray, denominator: int, dtype):
-    """``anchors + step * numerator / denominator`` in the coordinate's own terms, or
-    ``(None, reason)``: exact for integer and datetime coordinates (dtype kept when whole),
-    float64 arithmetic rounded to the coordinate's float dtype otherwise."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iumM":
-        scaled = int(step) * np.asarray(numerator, dtype=np.int64)
-        if (scaled % denominator == 0).all():
-            out = _as_int64(np.asarray(anchors)) + scaled // denominator
-            return (out.view(dtype) if dtype.kind in "mM" else out.astype(dtype)), None
-        if dtype.kind in "mM":
-            return None, f"the new values are not whole units of {dtype}"
-        return np.asarray(anchors, np.float64) + step * np.asarray(numerator) / denominator, None
-    out = np.asarray(anchors, np.float64) + step * np.asarray(numerator, np.float64) / denominator
-    return out.astype(dtype), None
-
-
-def refined(values: np.ndarray, factor: int):
-    """Centres of each cell split into ``factor`` cells: ``(values, None)`` or ``(None, reason)``."""
-    values = np.asarray(values)
-    step, reason = even_step(values)
-    if step is None:
-        return None, reason
-    k = np.tile(np.arange(factor), len(values))
-    # c + s * ((k + 0.5) / f - 0.5) = c + s * (2k + 1 - f) / (2f): integers stay exact.
-    return _shifted(np.repeat(values, factor), step, 2 * k + 1 - factor, 2 * factor, values.dtype)
-
-
-def coarsened(values: np.ndarray, factor: int):
-    """Centres of cells merged ``factor`` at a time (the mean of their centres)."""
-    values = np.asarray(values)
-    step, reason = even_step(values)
-    if step is None:
-        return None, reason
-    if len(values) % factor:
-        return None, f"its length {len(values)} is not a multiple of {factor}"
-    first = values[::factor]
-    # mean of c0, c0 + s, ..., c0 + (f-1)s = c0 + s (f - 1) / 2, computed from the block's first
-    # centre; float coordinates use the real mean (uneven within tolerance stays centred).
-    if values.dtype.kind in "iumM":
-        return _shifted(first, step, np.full(len(first), factor - 1), 2, values.dtype)
-    return values.astype(np.float64).reshape(-1, factor).mean(axis=1).astype(values.dtype), None
-
-
-def _at_positions(values: np.ndarray, positions: np.ndarray):
-    """Labels of cells at integer ``positions`` (may lie outside: extrapolated with the step)."""
-    values = np.asarray(values)
-    inside = (positions >= 0) & (positions < len(values))
-    if inside.all():
-        return values[positions], None
-    step, reason = even_step(values)
-    if step is None:
-        return None, f"some blocks start in the padding and {reason}"
-    anchors = values[np.clip(positions, 0, len(values) - 1)]
-    distance = positions - np.clip(positions, 0, len(values) - 1)
-    return _shifted(anchors, step, distance, 1, values.dtype)
-
-
-def _fill_offsets(values: np.ndarray, block: int, positions: np.ndarray):
-    """Labels of padded-grid positions ``positions`` from the block grid's labels ``values``."""
-    values = np.asarray(values)
-    blocks, offsets = positions // block, positions % block
-    if (offsets == 0).all():
-        return values[blocks], None
-    step, reason = even_step(values)
-    if step is None:
-        return None, reason
-    return _shifted(values[blocks], step, offsets, block, values.dtype)
-
-
-# ---------------------------------------------------------------------------------------------
-# Grouping along the batch or channel dim
-
-
-def _merged(name: str, dim: str, values: np.ndarray, groups: np.ndarray):
-    """Labels of merged entries: ``groups`` is (entries, members), member 0 the offset-(0, 0) one.
-    A label shared by the whole group is kept; the dim's own labels are joined ``"a|b"``."""
-    picked = values[groups]
-    if (picked == picked[:, :1]).all():
-        return values[groups[:, 0]], None
-    if name == dim:
-        return np.array([_JOIN.join(str(v) for v in row) for row in picked]), None
-    return None, f"its values differ within the groups of entries merged along {dim!r}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +96,7 @@ class Plan:
     encoding: dict = field(default_factory=dict)
 
     def attrs(self, attrs: dict) -> dict:
-        """The result's attrs (``_history`` output): transform updates and the restore record."""
+        """The result's attrs (``history.with_step`` output): transform updates and the restore record."""
         attrs = {**attrs, **self.attrs_update}
         if self.record or self.drop:
             steps = json.loads(attrs[HISTORY])
@@ -229,31 +111,6 @@ class Plan:
 def kept_coords(arr: xr.DataArray, touched) -> dict:
     """Coordinates on dims the operator does not touch (the rest is the plans' business)."""
     return {name: c.variable for name, c in arr.coords.items() if not set(c.dims) & set(touched)}
-
-
-def _centre_maps_depth(op: str, factor: int, roles) -> dict:
-    """{dim: (a, s)}: result centre index i sits at input centre index a + s * i."""
-    if op == "depth_to_space":
-        m = (0.5 / factor - 0.5, 1.0 / factor)
-    else:
-        m = ((factor - 1) / 2, float(factor))
-    return {roles["H"]: m, roles["W"]: m}
-
-
-def _channel_index(op: str, mode: str, channels_out: int, factor: int):
-    """For the split (space_to_depth) direction: per result channel, (source channel, row
-    phase, column phase); for the merge direction: groups (result channels x f^2 members)."""
-    f2 = factor * factor
-    if op == "space_to_depth":  # channels_out = C * f^2
-        k = np.arange(channels_out)
-        if mode == "DCR":
-            c, phase = k % (channels_out // f2), k // (channels_out // f2)
-        else:
-            c, phase = k // f2, k % f2
-        return c, phase // factor, phase % factor
-    c = np.arange(channels_out)[:, None]
-    phase = np.arange(f2)[None, :]
-    return (phase * channels_out + c) if mode == "DCR" else (c * f2 + phase)
 
 
 def _rearranged(dims, op: str) -> str:
@@ -298,13 +155,13 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
         elif var.dims == (C,) and V is not None:
             values, reason = None, "channel labels are not regrouped in the NCHW_VECT_C layout"
         elif var.dims == (C,) and split:
-            source, _, _ = _channel_index(op, mode, result_sizes[C], factor)
+            source, _, _ = channel_index(op, mode, result_sizes[C], factor)
             values, reason = np.asarray(var.values)[source], None
         elif var.dims == (C,):
             if name in provenance:
                 continue  # consumed: this merge undoes the split that made it
-            groups = _channel_index(op, mode, result_sizes[C], factor)
-            values, reason = _merged(name, C, np.asarray(var.values), groups)
+            groups = channel_index(op, mode, result_sizes[C], factor)
+            values, reason = merged(name, C, np.asarray(var.values), groups)
         else:
             values, reason = None, _rearranged(var.dims, op)
         if values is None:
@@ -312,13 +169,13 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
             continue
         coords[name] = xr.Variable(var.dims, values, var.attrs)
     if split and V is None:
-        source, row, col = _channel_index(op, mode, result_sizes[C], factor)
+        source, row, col = channel_index(op, mode, result_sizes[C], factor)
         for name, values, what in ((f"source_{C}", source, f"position along {C!r} of the source channel"),
                                    (f"phase_{H}", row, f"row ({H}) of the pixel inside its {factor}x{factor} block"),
                                    (f"phase_{W}", col, f"column ({W}) of the pixel inside its {factor}x{factor} block")):
             coords[name] = xr.Variable((C,), values.astype(np.int64), {"long_name": what})
     plan = Plan(coords)
-    _georeference(plan, arr, _centre_maps_depth(op, factor, roles))
+    georeference(arr, centre_maps_depth(op, factor, roles), plan.coords, plan.encoding, plan.attrs_update)
     if record:
         apply_record(plan, arr, op, {"block_size": factor, "mode": mode}, result_sizes)
         _warn_dropped(op, dropped, plan)
@@ -366,16 +223,16 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
                 if name in provenance:
                     continue  # consumed
                 groups = np.arange(n_in // count)[:, None] + (n_in // count) * np.arange(count)[None, :]
-                new, reason = _merged(name, batch, values, groups)
+                new, reason = merged(name, batch, values, groups)
         elif len(var.dims) == 1 and var.dims[0] in spatial:
             k = spatial.index(var.dims[0])
             b, (before, after) = blocks[k], pairs[k]
             if op == "space_to_batch_nd":
                 positions = np.arange((len(values) + before + after) // b) * b - before
-                new, reason = _at_positions(values, positions)
+                new, reason = at_positions(values, positions)
             else:
                 positions = np.arange(len(values) * b - before - after) + before
-                new, reason = _fill_offsets(values, b, positions)
+                new, reason = fill_offsets(values, b, positions)
         else:
             new, reason = None, _rearranged(var.dims, op)
         if new is None:
@@ -391,7 +248,7 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
                 (batch,), np.repeat(offsets[:, k].astype(np.int64), n_in),
                 {"long_name": f"offset along {d!r} of this entry's cells inside their {blocks[k]}-cell blocks"})
     plan = Plan(coords)
-    _georeference(plan, arr, maps)
+    georeference(arr, maps, plan.coords, plan.encoding, plan.attrs_update)
     if record:
         key = {"block_shape": dict(zip(spatial, blocks)), "pairs": dict(zip(spatial, pairs))}
         apply_record(plan, arr, op, key, result_sizes)
@@ -498,60 +355,3 @@ def apply_record(plan: Plan, arr: xr.DataArray, op: str, parameters: Mapping, si
         values = _decode(item)
         if all(d in sizes for d in dims) and values.shape == tuple(sizes[d] for d in dims):
             plan.coords[name] = xr.Variable(dims, values, item.get("attrs") or {})
-
-
-# ---------------------------------------------------------------------------------------------
-# CF grid mapping / rioxarray GeoTransform
-
-
-def _spatial_xy(arr: xr.DataArray):
-    """rioxarray's choice of x and y dims (x/y, longitude/latitude, then CF axis/standard_name)."""
-    dims = arr.dims
-    if "x" in dims and "y" in dims:
-        return "x", "y"
-    if "longitude" in dims and "latitude" in dims:
-        return "longitude", "latitude"
-    x = y = None
-    for name, coord in arr.coords.items():
-        if coord.dims != (name,):
-            continue
-        axis, standard = str(coord.attrs.get("axis", "")).upper(), str(coord.attrs.get("standard_name", "")).lower()
-        if axis == "X" or standard in ("longitude", "projection_x_coordinate"):
-            x = name
-        elif axis == "Y" or standard in ("latitude", "projection_y_coordinate"):
-            y = name
-    return x, y
-
-
-def _georeference(plan: Plan, arr: xr.DataArray, maps: Mapping) -> None:
-    """Give the grid mapping coordinate (and a legacy ``transform`` attr) the new grid's
-    transform. ``maps`` = {dim: (a, s)}: result centre i sits at input centre index a + s * i."""
-    gm = arr.encoding.get("grid_mapping", arr.attrs.get("grid_mapping"))
-    if gm is not None:
-        plan.encoding["grid_mapping"] = gm
-    gm = gm or "spatial_ref"
-    x, y = _spatial_xy(arr)
-    if x is None or y is None or not ({x, y} & set(maps)):
-        return
-    # In corner terms: input col = ox + sx * result col (o = a + 0.5 - s/2).
-    (ax, sx), (ay, sy) = maps.get(x, (0.0, 1.0)), maps.get(y, (0.0, 1.0))
-    ox, oy = ax + 0.5 - sx / 2, ay + 0.5 - sy / 2
-
-    def moved(c, a, b, f, d, e):
-        return (c + a * ox + b * oy, a * sx, b * sy, f + d * ox + e * oy, d * sx, e * sy)
-
-    if gm in plan.coords and "GeoTransform" in plan.coords[gm].attrs:
-        var = plan.coords[gm]
-        try:
-            gt = [float(v) for v in str(var.attrs["GeoTransform"]).split()]
-        except ValueError:
-            gt = []
-        if len(gt) == 6:
-            new = moved(*gt)  # GDAL order: c, a, b, f, d, e
-            attrs = {**var.attrs, "GeoTransform": " ".join(repr(float(v)) for v in new)}
-            plan.coords[gm] = xr.Variable(var.dims, var.values, attrs)
-    legacy = arr.attrs.get("transform")
-    if legacy is not None and np.size(legacy) >= 6:
-        a, b, c, d, e, f = (float(v) for v in np.asarray(legacy).ravel()[:6])
-        c2, a2, b2, f2, d2, e2 = moved(c, a, b, f, d, e)
-        plan.attrs_update["transform"] = (a2, b2, c2, d2, e2, f2)

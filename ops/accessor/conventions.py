@@ -17,10 +17,10 @@ import numpy as np
 import xarray as xr
 
 from ops._validate import INT64_MAX, _is_integer
+from ops.accessor.history import HISTORY
 from ops.dims import layout_of
 from ops.errors import InvalidArgument
 
-HISTORY = "ops_history"
 OPERATORS = ("depth_to_space", "space_to_depth", "space_to_batch", "space_to_batch_nd", "batch_to_space_nd",
              "gather_nd", "ascend_dequant", "invert")
 

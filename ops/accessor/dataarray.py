@@ -1,64 +1,27 @@
-"""The xarray ``.ops`` accessor: every operator on named dims, lazily on Dask-backed data.
+"""``DataArray.ops``: every operator on named dims, lazily on Dask-backed data. This module holds
+the accessor's public methods: their signatures and reference docstrings.
 
-``import ops`` registers ``DataArray.ops`` and ``Dataset.ops``. The layout comes from dim
-names (N: ``n``/``batch``/``sample``/``time``..., H: ``y``/``height``/``lat``..., W: ``x``/
-``width``/``lon``..., C: ``c``/``channel``/``band``..., V: the NCHW_VECT_C lane) or from an
-explicit ``dims={"N": ..., "H": ..., "W": ..., "C": ...}``. NHWC or NCHW is read from the order
-of the dims; any other order is transposed internally and back, so callers never transpose.
-
-Every method calls the plain ``ops`` function on ``.data`` and rebuilds the result: dims and
-coordinates the operator does not touch are kept, coordinates on the dims it touches follow the
-rules of ``ops._coords`` (refined/coarsened grids, block grids with provenance coordinates,
-channel labels, GeoTransform; what cannot stay true is dropped with a warning), attrs are kept, and ``attrs["ops_history"]``
-records the operator and its parameters so that ``.ops.invert()`` can undo it.
-
-xarray's conventions (``ops._conventions``): block sizes by mapping or by keyword
-(``.ops.space_to_batch_nd(y=2, x=2)``, as ``coarsen(y=2)``); ``keep_attrs`` as a keyword or
-``xr.set_options(keep_attrs=...)`` (default True, as ``coarsen``); arguments are checked before
-any work and errors name dims, not axes; ``repr(arr.ops)`` shows the dims found.
+The layout comes from dim names (``ops.dims``) or an explicit ``dims={"N": ..., "H": ..., ...}``;
+NHWC or NCHW is read from the order of the dims, any other order is transposed internally and
+back, so callers never transpose. The work is done by the package's other modules:
+``named_rearrange``, ``named_gather`` and ``named_dequant`` run the operators, ``coords`` keeps
+the coordinates that stay true (dropping the others with a warning), ``history`` records each
+step in ``attrs["ops_history"]`` for ``invert``, and ``conventions`` follows xarray's (keyword
+forms, ``keep_attrs``, errors in dim names, the ``repr``).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-
 import numpy as np
 import xarray as xr
 
-from ops import _conventions, _coords, _validate, registry
-from ops._named_dequant import dequant_by_name
-from ops.dims import ROLE_LABELS, ROLE_NAMES, find_dims, layout_of, no_other_dims
-from ops.errors import DimensionError, InvalidArgument, MissingDims, NotApplicable
-
-HISTORY = "ops_history"
-_TEMPORARY_BATCH = "__ops_batch__"
-
-
-# ---------------------------------------------------------------------------------------------
-# Coordinates and attrs
-
-
-# Coordinate rules (refine/coarsen, block grids, provenance coords, channel labels, GeoTransform)
-# live in ops._coords; the accessor only calls them.
-
-
-def _history(arr, operator: str, **parameters) -> dict:
-    """attrs of the result: the input's, plus this step appended to ``ops_history``."""
-    attrs = dict(arr.attrs)
-    steps = json.loads(attrs.get(HISTORY, "[]"))
-    steps.append({"operator": operator, "parameters": parameters})
-    attrs[HISTORY] = json.dumps(steps)
-    return attrs
-
-
-def _plain_ints(mapping: Mapping) -> dict:
-    """{dim: int or (int, int)} as JSON-friendly values (NumPy ints included)."""
-    return {str(k): (int(v) if np.ndim(v) == 0 else [int(x) for x in v]) for k, v in mapping.items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# DataArray accessor
+from ops import registry
+from ops.accessor import conventions, named_rearrange
+from ops.accessor.history import undo_last, with_step
+from ops.accessor.named_dequant import dequant_by_name
+from ops.accessor.named_gather import gather_by_name
+from ops.dims import ROLE_LABELS, find_dims
+from ops.errors import DimensionError
 
 
 @xr.register_dataarray_accessor("ops")
@@ -86,47 +49,16 @@ class OpsAccessor:
             roles, problem = find_dims(self._obj.dims, "repr", "", "NHWCV"), None
         except DimensionError as error:
             roles, problem = None, str(error)
-        return _conventions.describe(self._obj, "DataArray", roles, problem, ROLE_LABELS)
+        return conventions.describe(self._obj, "DataArray", roles, problem, ROLE_LABELS)
+
+    # The operators without the argument checks, for invert() and the registry's named calls.
+    def _depth(self, op: str, block_size, mode, dims) -> xr.DataArray:
+        return named_rearrange.depth(self._obj, op, block_size, mode, dims)
+
+    def _batch(self, op: str, block_shape, pairs, dims) -> xr.DataArray:
+        return named_rearrange.batch(self._obj, op, block_shape, pairs, dims)
 
     # --- DepthToSpace / SpaceToDepth ---------------------------------------------------------
-
-    def _depth(self, op: str, block_size, mode, dims):
-        arr = self._obj
-        roles = find_dims(arr.dims, op, "HWC", "NV", dims)
-        no_other_dims(arr, roles, op)
-        work, order = arr, arr.dims
-        if "N" not in roles:  # a single image: a batch of one, for the operator's sake
-            work = work.expand_dims(_TEMPORARY_BATCH)
-            roles = {**roles, "N": _TEMPORARY_BATCH}
-        data_format = layout_of(work.dims, roles)
-        layout = {"NHWC": "NHWC", "NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}[data_format]
-        work = work.transpose(*(roles[r] for r in layout))
-        data = registry.get(op).function(work.data, block_size, data_format=data_format, mode=mode)
-        factor = int(block_size)
-        plan = _coords.depth_plan(arr, roles, op, factor, mode)
-        attrs = _history(arr, op, block_size=factor, mode=mode,
-                         dims={r: d for r, d in roles.items() if d != _TEMPORARY_BATCH})
-        out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
-        out.encoding.update(plan.encoding)
-        if _TEMPORARY_BATCH in out.dims:
-            out = out.isel({_TEMPORARY_BATCH: 0}, drop=True)
-        return out.transpose(*order)
-
-    def _checked_depth(self, op: str, block_size, mode, dims, keep_attrs) -> xr.DataArray:
-        """``_depth`` after checking block_size and the dim sizes in dim names."""
-        size = _conventions.block_size(op, block_size)
-        roles = find_dims(self._obj.dims, op, "HWC", "NV", dims)
-        no_other_dims(self._obj, roles, op)
-        _conventions.check_depth(op, self._obj, roles, size)
-        try:
-            out = self._depth(op, size, mode, dims)
-        except DimensionError:
-            raise
-        except InvalidArgument as error:  # a rule checked only below (the NCHW_VECT_C lane): in dim names
-            order = {"NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}.get(layout_of(self._obj.dims, roles), "NHWC")
-            axes = tuple(roles.get(r, "(batch of one)") for r in order)
-            raise type(error)(_conventions.in_dim_terms(str(error), axes)) from None
-        return _conventions.apply_keep_attrs(out, keep_attrs)
 
     def depth_to_space(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.DataArray:
         """DepthToSpace on the height, width and channel dims, found by name.
@@ -174,7 +106,7 @@ class OpsAccessor:
         array([[0, 1, 4, 5],
                [2, 3, 6, 7]])
         """
-        return self._checked_depth("depth_to_space", block_size, mode, dims, keep_attrs)
+        return named_rearrange.checked_depth(self._obj, "depth_to_space", block_size, mode, dims, keep_attrs)
 
     def space_to_depth(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.DataArray:
         """SpaceToDepth on the height, width and channel dims, found by name.
@@ -220,69 +152,9 @@ class OpsAccessor:
         array([[0, 1, 4, 5],
                [2, 3, 6, 7]])
         """
-        return self._checked_depth("space_to_depth", block_size, mode, dims, keep_attrs)
+        return named_rearrange.checked_depth(self._obj, "space_to_depth", block_size, mode, dims, keep_attrs)
 
     # --- SpaceToBatch(ND) / BatchToSpaceND -----------------------------------------------------
-
-    def _batch(self, op: str, block_shape: Mapping, pairs: Mapping | None, dims):
-        arr = self._obj
-        if not isinstance(block_shape, Mapping):
-            raise InvalidArgument(
-                f"block_shape must map spatial dim names to block sizes, e.g. {{'y': 2, 'x': 2}}, "
-                f"got {block_shape!r}"
-            )
-        roles = find_dims(arr.dims, op, "N", "", dims)
-        spatial = list(block_shape)
-        pairs = dict(pairs or {})
-        for name in [*spatial, *pairs]:
-            if name not in arr.dims:
-                raise MissingDims(f"{op}: {name!r} is not a dim of the array; its dims are {arr.dims}")
-            if name == roles["N"]:
-                raise DimensionError(f"{op}: {name!r} is the batch dim (N), not a spatial dim")
-        if set(pairs) - set(spatial):
-            raise DimensionError(f"{op}: paddings/crops name dims {sorted(set(pairs) - set(spatial))} that have no block size")
-        rest = [d for d in arr.dims if d != roles["N"] and d not in spatial]
-        work = arr.transpose(roles["N"], *spatial, *rest)
-        blocks = [block_shape[d] for d in spatial]
-        rows = [pairs.get(d, (0, 0)) for d in spatial]  # ops checks their shape and values
-        data = registry.get(op).function(work.data, blocks, rows)
-        plan = _coords.batch_plan(arr, roles["N"], spatial, blocks, rows, op)
-        key = "paddings" if op == "space_to_batch_nd" else "crops"
-        attrs = _history(arr, op, block_shape=_plain_ints(block_shape), **{key: _plain_ints(pairs)},
-                         dims={"N": roles["N"]})
-        out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
-        out.encoding.update(plan.encoding)
-        return out.transpose(*arr.dims)
-
-    def _checked_batch(self, op: str, block_shape, pairs, dims, keep_attrs, method: str | None = None):
-        """``_batch`` after checking block sizes, paddings/crops and divisibility in dim names."""
-        method = method or op
-        key = "paddings" if op == "space_to_batch_nd" else "crops"
-        if not block_shape:
-            raise InvalidArgument(
-                f"{method} needs a block size per spatial dim, by name: .ops.{method}(y=2, x=2) or "
-                f"block_shape={{'y': 2, 'x': 2}}"
-            )
-        blocks = _conventions.block_sizes(method, block_shape)
-        if pairs is not None and not isinstance(pairs, Mapping):
-            raise InvalidArgument(
-                f"{method}: {key} must map spatial dim names to (before, after), e.g. {key}={{'y': (1, 1)}}, "
-                f"got {pairs!r}"
-            )
-        rows = _conventions.pairs(method, key, pairs or {})
-        batch = find_dims(self._obj.dims, op, "N", "", dims)["N"]
-        known = {d: b for d, b in blocks.items() if d in self._obj.dims and d != batch}  # _batch names the rest
-        if op == "space_to_batch_nd":
-            _conventions.check_space_to_batch(self._obj, known, rows)
-        else:
-            _conventions.check_batch_to_space(self._obj, batch, known, rows)
-        try:
-            out = self._batch(op, blocks, rows, dims)
-        except DimensionError:
-            raise
-        except InvalidArgument as error:  # a rule checked only below: say it in dim names too
-            raise type(error)(_conventions.in_dim_terms(str(error), (batch, *blocks))) from None
-        return _conventions.apply_keep_attrs(out, keep_attrs)
 
     def space_to_batch_nd(self, block_shape=None, paddings=None, *, dims=None, keep_attrs=None,
                           **block_shape_kwargs) -> xr.DataArray:
@@ -331,8 +203,8 @@ class OpsAccessor:
         >>> dict(x.ops.space_to_batch_nd(y=2, x=2, paddings={"y": (1, 0)}).sizes)
         {'time': 4, 'y': 2, 'x': 2}
         """
-        blocks = _conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd")
-        return self._checked_batch("space_to_batch_nd", blocks, paddings, dims, keep_attrs)
+        blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd")
+        return named_rearrange.checked_batch(self._obj, "space_to_batch_nd", blocks, paddings, dims, keep_attrs)
 
     def batch_to_space_nd(self, block_shape=None, crops=None, *, dims=None, keep_attrs=None,
                           **block_shape_kwargs) -> xr.DataArray:
@@ -381,8 +253,8 @@ class OpsAccessor:
         >>> dict(x.ops.batch_to_space_nd(y=2, x=2, crops={"y": (1, 0)}).sizes)
         {'time': 1, 'y': 3, 'x': 4}
         """
-        blocks = _conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "batch_to_space_nd")
-        return self._checked_batch("batch_to_space_nd", blocks, crops, dims, keep_attrs)
+        blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "batch_to_space_nd")
+        return named_rearrange.checked_batch(self._obj, "batch_to_space_nd", blocks, crops, dims, keep_attrs)
 
     def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None, keep_attrs=None) -> xr.DataArray:
         """SpaceToBatch (the seed's 4-D form): square blocks of the height and width dims.
@@ -424,23 +296,7 @@ class OpsAccessor:
         >>> dict(x.ops.space_to_batch(2).sizes)
         {'n': 4, 'y': 2, 'x': 2, 'c': 3}
         """
-        roles = find_dims(self._obj.dims, "space_to_batch", "NHW", "", dims)
-        flat = np.asarray(paddings, dtype=object).reshape(-1) if np.size(paddings) == 4 else None
-        if flat is None:
-            raise InvalidArgument(
-                f"space_to_batch: paddings must have 4 elements [[top, bottom], [left, right]], got {paddings!r}"
-            )
-        size = _conventions.block_size("space_to_batch", block_size, minimum=1)
-        return self._checked_batch(
-            "space_to_batch_nd",
-            {roles["H"]: size, roles["W"]: size},
-            {roles["H"]: tuple(flat[:2]), roles["W"]: tuple(flat[2:])},
-            {"N": roles["N"]},
-            keep_attrs,
-            method="space_to_batch",
-        )
-
-    # --- GatherNd ---------------------------------------------------------------------------
+        return named_rearrange.square_space_to_batch(self._obj, block_size, paddings, dims, keep_attrs)
 
     def gather_nd(self, indices: xr.DataArray, *, batch_dims=0, negative_index_support=True,
                   keep_attrs=None) -> xr.DataArray:
@@ -489,55 +345,8 @@ class OpsAccessor:
         >>> grid.ops.gather_nd(where).values
         array([8, 3])
         """
-        params = self._obj
-        if not isinstance(indices, xr.DataArray):
-            raise InvalidArgument("indices must be a DataArray whose last dim holds the index tuples "
-                                  "(use ops.gather_nd for plain arrays)")
-        tuple_dim, lead = indices.dims[-1], indices.dims[:-1]
-        b = _validate.integer("batch_dims", batch_dims)
-        if not 0 <= b < len(indices.dims):
-            raise InvalidArgument(f"batch_dims must be in 0..{len(indices.dims) - 1} (the indices' leading dims), got {b}")
-        batch = list(lead[:b])
-        for name in batch:
-            if name not in params.dims:
-                raise MissingDims(f"gather_nd: batch dim {name!r} of indices is not a dim of params {params.dims}")
-        if tuple_dim in indices.coords:
-            indexed = [str(v) for v in np.asarray(indices[tuple_dim].values)]
-            absent = [d for d in indexed if d not in params.dims]
-            if absent:
-                raise MissingDims(f"gather_nd: params has no dims {absent} (named by indices dim {tuple_dim!r}); its dims are {params.dims}")
-            if set(indexed) & set(batch) or len(set(indexed)) != len(indexed):
-                raise DimensionError(
-                    f"gather_nd: the labels of indices dim {tuple_dim!r} must name distinct, non-batch "
-                    f"params dims {params.dims}; got {indexed}"
-                )
-        else:
-            indexed = [d for d in params.dims if d not in batch][: indices.sizes[tuple_dim]]
-        rest = [d for d in params.dims if d not in batch and d not in indexed]
-        clash = set(rest) & set(lead)
-        if clash:
-            raise DimensionError(f"gather_nd: dims {sorted(clash)} are in both the indices' leading dims and the result's params dims")
-        work = params.transpose(*batch, *indexed, *rest)
-        try:
-            data = registry.get("gather_nd").function(work.data, indices.data, batch_dims=batch_dims,
-                                                      negative_index_support=negative_index_support)
-        except (InvalidArgument, IndexError) as error:  # positional wording -> dim names
-            raise type(error)(_conventions.gather_in_dim_terms(str(error), work.dims, indices.dims)) from None
-        coords = {name: c.variable for name, c in indices.coords.items() if tuple_dim not in c.dims}
-        for name, coord in params.coords.items():
-            if set(coord.dims) <= set(rest) and name not in coords:
-                coords[name] = coord.variable
-        if isinstance(indices.data, np.ndarray):
-            for k, dim in enumerate(indexed):
-                if dim in params.indexes and dim not in coords:
-                    picked = np.take(params.indexes[dim].to_numpy(), indices.data[..., k])
-                    coords[dim] = xr.Variable(lead, picked, params[dim].attrs)
-        attrs = _history(params, "gather_nd", batch_dims=b, negative_index_support=negative_index_support,
-                         indexed_dims=indexed)
-        out = xr.DataArray(data, dims=(*lead, *rest), coords=coords, attrs=attrs, name=params.name)
-        return _conventions.apply_keep_attrs(out, keep_attrs)
-
-    # --- AscendDequant ----------------------------------------------------------------------
+        out = gather_by_name(self._obj, indices, batch_dims=batch_dims, negative_index_support=negative_index_support)
+        return conventions.apply_keep_attrs(out, keep_attrs)
 
     def ascend_dequant(self, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,
                        group_size=None, align_output=False, keep_attrs=None) -> xr.DataArray:
@@ -609,10 +418,8 @@ class OpsAccessor:
         out = dequant_by_name(src, deq_scale, function=registry.get("ascend_dequant").function,
                               dst_dtype=dst_dtype, calc_count=calc_count, mode=mode, policy=policy,
                               group_size=group_size, align_output=align_output)
-        out.attrs = _history(src, "ascend_dequant", dst_dtype=str(np.dtype(out.dtype)), policy=policy)
-        return _conventions.apply_keep_attrs(out, keep_attrs)
-
-    # --- Inverse ------------------------------------------------------------------------------
+        out.attrs = with_step(src, "ascend_dequant", dst_dtype=str(np.dtype(out.dtype)), policy=policy)
+        return conventions.apply_keep_attrs(out, keep_attrs)
 
     def invert(self, *, keep_attrs=None) -> xr.DataArray:
         """Undo the last operator recorded in ``attrs["ops_history"]``.
@@ -646,28 +453,4 @@ class OpsAccessor:
         >>> x.ops.space_to_depth(2).ops.invert().equals(x)
         True
         """
-        return _conventions.apply_keep_attrs(self._invert(), keep_attrs, history=False)
-
-    def _invert(self) -> xr.DataArray:
-        arr = self._obj
-        steps = json.loads(arr.attrs.get(HISTORY, "[]"))
-        if not steps:
-            raise NotApplicable("invert: attrs has no ops_history; nothing to undo")
-        last = steps[-1]
-        operator, p = last["operator"], last["parameters"]
-        if operator in ("depth_to_space", "space_to_depth"):
-            inverse = "space_to_depth" if operator == "depth_to_space" else "depth_to_space"
-            out = self._depth(inverse, p["block_size"], p["mode"], p["dims"])
-        elif operator in ("space_to_batch_nd", "batch_to_space_nd"):
-            pairs = p.get("paddings", p.get("crops"))
-            if operator == "space_to_batch_nd":
-                out = self.batch_to_space_nd(p["block_shape"], pairs, dims=p["dims"])
-            else:
-                out = self.space_to_batch_nd(p["block_shape"], pairs, dims=p["dims"])
-        else:
-            raise InvalidArgument(f"invert: {operator} has no inverse")
-        # The result is new: give it the attrs from before the undone step.
-        out.attrs = {k: v for k, v in out.attrs.items() if k != HISTORY}
-        if steps[:-1]:
-            out.attrs[HISTORY] = json.dumps(steps[:-1])
-        return out
+        return conventions.apply_keep_attrs(undo_last(self), keep_attrs, history=False)

@@ -1,0 +1,155 @@
+"""DepthToSpace/SpaceToDepth and SpaceToBatchND/BatchToSpaceND on a DataArray, dims by name.
+
+Each operator runs the registry's plain function on ``.data`` in the layout it needs (a single
+image gets a batch of one, other orders are transposed there and back) and rebuilds the result:
+coordinates by ``ops.accessor.coords``, attrs plus an ``ops_history`` step. The ``checked_``
+forms check the arguments first and word every error in dim names (``DataArray.ops`` methods);
+the plain forms are what ``invert`` and the registry's named calls use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import xarray as xr
+
+from ops import registry
+from ops.accessor import conventions, coords
+from ops.accessor.history import plain_ints, with_step
+from ops.dims import find_dims, layout_of, no_other_dims
+from ops.errors import DimensionError, InvalidArgument, MissingDims
+
+_TEMPORARY_BATCH = "__ops_batch__"
+
+
+# ---------------------------------------------------------------------------------------------
+# DepthToSpace / SpaceToDepth
+
+
+def depth(arr: xr.DataArray, op: str, block_size, mode, dims) -> xr.DataArray:
+    """``op`` (depth_to_space or space_to_depth) on the H, W, C (and N, V) dims of ``arr``."""
+    roles = find_dims(arr.dims, op, "HWC", "NV", dims)
+    no_other_dims(arr, roles, op)
+    work, order = arr, arr.dims
+    if "N" not in roles:  # a single image: a batch of one, for the operator's sake
+        work = work.expand_dims(_TEMPORARY_BATCH)
+        roles = {**roles, "N": _TEMPORARY_BATCH}
+    data_format = layout_of(work.dims, roles)
+    layout = {"NHWC": "NHWC", "NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}[data_format]
+    work = work.transpose(*(roles[r] for r in layout))
+    data = registry.get(op).function(work.data, block_size, data_format=data_format, mode=mode)
+    factor = int(block_size)
+    plan = coords.depth_plan(arr, roles, op, factor, mode)
+    attrs = with_step(arr, op, block_size=factor, mode=mode,
+                      dims={r: d for r, d in roles.items() if d != _TEMPORARY_BATCH})
+    out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
+    out.encoding.update(plan.encoding)
+    if _TEMPORARY_BATCH in out.dims:
+        out = out.isel({_TEMPORARY_BATCH: 0}, drop=True)
+    return out.transpose(*order)
+
+
+def checked_depth(arr: xr.DataArray, op: str, block_size, mode, dims, keep_attrs) -> xr.DataArray:
+    """``depth`` after checking block_size and the dim sizes in dim names."""
+    size = conventions.block_size(op, block_size)
+    roles = find_dims(arr.dims, op, "HWC", "NV", dims)
+    no_other_dims(arr, roles, op)
+    conventions.check_depth(op, arr, roles, size)
+    try:
+        out = depth(arr, op, size, mode, dims)
+    except DimensionError:
+        raise
+    except InvalidArgument as error:  # a rule checked only below (the NCHW_VECT_C lane): in dim names
+        order = {"NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}.get(layout_of(arr.dims, roles), "NHWC")
+        axes = tuple(roles.get(r, "(batch of one)") for r in order)
+        raise type(error)(conventions.in_dim_terms(str(error), axes)) from None
+    return conventions.apply_keep_attrs(out, keep_attrs)
+
+
+# ---------------------------------------------------------------------------------------------
+# SpaceToBatch(ND) / BatchToSpaceND
+
+
+def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | None, dims) -> xr.DataArray:
+    """``op`` (space_to_batch_nd or batch_to_space_nd) with the spatial dims ``block_shape`` names."""
+    if not isinstance(block_shape, Mapping):
+        raise InvalidArgument(
+            f"block_shape must map spatial dim names to block sizes, e.g. {{'y': 2, 'x': 2}}, "
+            f"got {block_shape!r}"
+        )
+    roles = find_dims(arr.dims, op, "N", "", dims)
+    spatial = list(block_shape)
+    pairs = dict(pairs or {})
+    for name in [*spatial, *pairs]:
+        if name not in arr.dims:
+            raise MissingDims(f"{op}: {name!r} is not a dim of the array; its dims are {arr.dims}")
+        if name == roles["N"]:
+            raise DimensionError(f"{op}: {name!r} is the batch dim (N), not a spatial dim")
+    if set(pairs) - set(spatial):
+        raise DimensionError(f"{op}: paddings/crops name dims {sorted(set(pairs) - set(spatial))} that have no block size")
+    rest = [d for d in arr.dims if d != roles["N"] and d not in spatial]
+    work = arr.transpose(roles["N"], *spatial, *rest)
+    blocks = [block_shape[d] for d in spatial]
+    rows = [pairs.get(d, (0, 0)) for d in spatial]  # ops checks their shape and values
+    data = registry.get(op).function(work.data, blocks, rows)
+    plan = coords.batch_plan(arr, roles["N"], spatial, blocks, rows, op)
+    key = "paddings" if op == "space_to_batch_nd" else "crops"
+    attrs = with_step(arr, op, block_shape=plain_ints(block_shape), **{key: plain_ints(pairs)},
+                      dims={"N": roles["N"]})
+    out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
+    out.encoding.update(plan.encoding)
+    return out.transpose(*arr.dims)
+
+
+def checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, dims, keep_attrs,
+                  method: str | None = None) -> xr.DataArray:
+    """``batch`` after checking block sizes, paddings/crops and divisibility in dim names."""
+    method = method or op
+    key = "paddings" if op == "space_to_batch_nd" else "crops"
+    if not block_shape:
+        raise InvalidArgument(
+            f"{method} needs a block size per spatial dim, by name: .ops.{method}(y=2, x=2) or "
+            f"block_shape={{'y': 2, 'x': 2}}"
+        )
+    blocks = conventions.block_sizes(method, block_shape)
+    if pairs is not None and not isinstance(pairs, Mapping):
+        raise InvalidArgument(
+            f"{method}: {key} must map spatial dim names to (before, after), e.g. {key}={{'y': (1, 1)}}, "
+            f"got {pairs!r}"
+        )
+    rows = conventions.pairs(method, key, pairs or {})
+    batch_dim = find_dims(arr.dims, op, "N", "", dims)["N"]
+    known = {d: b for d, b in blocks.items() if d in arr.dims and d != batch_dim}  # batch() names the rest
+    if op == "space_to_batch_nd":
+        conventions.check_space_to_batch(arr, known, rows)
+    else:
+        conventions.check_batch_to_space(arr, batch_dim, known, rows)
+    try:
+        out = batch(arr, op, blocks, rows, dims)
+    except DimensionError:
+        raise
+    except InvalidArgument as error:  # a rule checked only below: say it in dim names too
+        raise type(error)(conventions.in_dim_terms(str(error), (batch_dim, *blocks))) from None
+    return conventions.apply_keep_attrs(out, keep_attrs)
+
+
+def square_space_to_batch(arr: xr.DataArray, block_size, paddings, dims, keep_attrs) -> xr.DataArray:
+    """SpaceToBatch: ``checked_batch`` with one block size for the H and W dims, paddings as
+    ``[[top, bottom], [left, right]]``."""
+    roles = find_dims(arr.dims, "space_to_batch", "NHW", "", dims)
+    flat = np.asarray(paddings, dtype=object).reshape(-1) if np.size(paddings) == 4 else None
+    if flat is None:
+        raise InvalidArgument(
+            f"space_to_batch: paddings must have 4 elements [[top, bottom], [left, right]], got {paddings!r}"
+        )
+    size = conventions.block_size("space_to_batch", block_size, minimum=1)
+    return checked_batch(
+        arr,
+        "space_to_batch_nd",
+        {roles["H"]: size, roles["W"]: size},
+        {roles["H"]: tuple(flat[:2]), roles["W"]: tuple(flat[2:])},
+        {"N": roles["N"]},
+        keep_attrs,
+        method="space_to_batch",
+    )
