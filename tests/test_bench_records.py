@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
+
 from bench.common import record_section
 
 
+@pytest.mark.smoke
 def test_a_new_run_replaces_its_section_and_the_old_one_moves_to_the_history(tmp_path):
     results, history = tmp_path / "RESULTS.md", tmp_path / "history"
     results.write_text("# Benchmark results\n\nintro\n\n## `python -m bench.load`\n\nold load table\n\n"
