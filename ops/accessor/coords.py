@@ -86,7 +86,7 @@ def _warn(message: str) -> None:
 
 
 @dataclass
-class Plan:
+class CoordPlan:
     """The coordinates of an operator's result, and what to record so the inverse restores them."""
 
     coords: dict
@@ -119,7 +119,7 @@ def _rearranged(dims, op: str) -> str:
     return f"it spans dims {dims}, which {op} rearranges together"
 
 
-def _warn_dropped(op: str, dropped: Mapping, plan: Plan) -> None:
+def _warn_dropped(op: str, dropped: Mapping, plan: CoordPlan) -> None:
     for name, reason in dropped.items():
         if name not in plan.coords:
             _warn(f"{op}: coordinate {name!r} dropped: {reason}")
@@ -132,7 +132,7 @@ def _shape(arr: xr.DataArray, sizes: Mapping) -> xr.DataArray:
 
 
 def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int, mode: str,
-               record: bool = True) -> Plan:
+               record: bool = True) -> CoordPlan:
     """Coordinates of DepthToSpace / SpaceToDepth of ``arr`` (roles H, W, C, optional N, V)."""
     H, W, C, V = roles["H"], roles["W"], roles["C"], roles.get("V")
     touched = {H, W, C, V} - {None}
@@ -174,7 +174,7 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
                                    (f"phase_{H}", row, f"row ({H}) of the pixel inside its {factor}x{factor} block"),
                                    (f"phase_{W}", col, f"column ({W}) of the pixel inside its {factor}x{factor} block")):
             coords[name] = xr.Variable((C,), values.astype(np.int64), {"long_name": what})
-    plan = Plan(coords)
+    plan = CoordPlan(coords)
     georeference(arr, centre_maps_depth(op, factor, roles), plan.coords, plan.encoding, plan.attrs_update)
     if record:
         apply_record(plan, arr, op, {"block_size": factor, "mode": mode}, result_sizes)
@@ -185,7 +185,7 @@ def depth_plan(arr: xr.DataArray, roles: Mapping[str, str], op: str, factor: int
     return plan
 
 
-def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, record: bool = True) -> Plan:
+def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, record: bool = True) -> CoordPlan:
     """Coordinates of SpaceToBatchND (``pairs`` = paddings) or BatchToSpaceND (crops)."""
     spatial, blocks = list(spatial), [int(b) for b in blocks]
     pairs = [tuple(int(v) for v in p) for p in pairs]
@@ -247,7 +247,7 @@ def batch_plan(arr: xr.DataArray, batch: str, spatial, blocks, pairs, op: str, r
             coords[f"block_offset_{d}"] = xr.Variable(
                 (batch,), np.repeat(offsets[:, k].astype(np.int64), n_in),
                 {"long_name": f"offset along {d!r} of this entry's cells inside their {blocks[k]}-cell blocks"})
-    plan = Plan(coords)
+    plan = CoordPlan(coords)
     georeference(arr, maps, plan.coords, plan.encoding, plan.attrs_update)
     if record:
         key = {"block_shape": dict(zip(spatial, blocks)), "pairs": dict(zip(spatial, pairs))}
@@ -292,7 +292,7 @@ def _same(a: xr.Variable, b: xr.Variable) -> bool:
             and bool((a_values == b_values).all()) and dict(a.attrs) == dict(b.attrs))
 
 
-def record_for_inverse(plan: Plan, arr: xr.DataArray, inverse_plan: Plan, touched) -> None:
+def record_for_inverse(plan: CoordPlan, arr: xr.DataArray, inverse_plan: CoordPlan, touched) -> None:
     """Put into ``plan.record`` every coordinate of ``arr`` on a touched dim that the inverse
     (``inverse_plan``, computed from ``plan.coords`` without warnings) does not restore bit for
     bit, as plain JSON. Past MAX_RECORDED_VALUES values in all, they are left out, with a warning."""
@@ -336,7 +336,7 @@ def _key(parameters: Mapping) -> str:
     return json.dumps([blocks, {d: pairs.get(d, [0, 0]) for d in blocks}], sort_keys=True)
 
 
-def apply_record(plan: Plan, arr: xr.DataArray, op: str, parameters: Mapping, sizes: Mapping) -> None:
+def apply_record(plan: CoordPlan, arr: xr.DataArray, op: str, parameters: Mapping, sizes: Mapping) -> None:
     """When ``arr``'s last ops_history step is the inverse of ``op`` with the same parameters,
     put back the coordinates it recorded (those whose shape fits the result)."""
     try:
