@@ -38,7 +38,7 @@ from distributed.cli.dask_worker import main as dask_worker_cli
 from setuptools import find_packages
 
 import ops
-from service.cli import _serve_parser, settings_from
+from service.cli.main import _serve_parser, settings_from
 from tests.service.test_e2e_http import _alive, _descendants, _free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -407,7 +407,7 @@ def test_the_build_context_leaves_out_what_the_image_must_not_carry():
     for path in (".venv/bin/python", ".venv-3.12/bin/python", ".git/HEAD", "data/jobs.sqlite", "tests/test_deploy.py",
                  "ops/__pycache__/x.pyc", "deploy/compose.yaml"):
         assert dockerignored(path), path
-    for path in ("pyproject.toml", "requirements/lock.txt", "README.md", "ops/__init__.py", "service/cli.py", "schemas/__init__.py"):
+    for path in ("pyproject.toml", "requirements/lock.txt", "README.md", "ops/__init__.py", "service/cli/main.py", "schemas/__init__.py"):
         assert not dockerignored(path), path
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.cli import _serve_parser, settings_from
+from service.cli.main import _serve_parser, settings_from
 from service.settings import Settings
 
 

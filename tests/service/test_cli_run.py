@@ -28,7 +28,8 @@ import zarr
 
 import ops
 from ops.errors import InvalidArgument
-from service import batch, cli
+from service.cli import main as cli
+from service.cli import run, run_errors, run_inputs
 from tests.helpers import assert_same, stores_as_made
 from tests.service.test_cluster import _free_port, dask_processes
 
@@ -213,7 +214,7 @@ def test_batch_to_space_bundles_store_their_own_blocks(tmp_path, capsys):
     path = write_array(tmp_path / "rows.zarr", BATCH, (1, 2, 3, 2))
     out = tmp_path / "o.zarr"
     params = ["block_shape=[2,3]", "crops=[[0,0],[0,2]]"]  # no rechunk of the output for its Zarr chunks
-    plan = batch.build("batch_to_space_nd", [str(path)], str(out), param_items=params, variable_items=[],
+    plan = run.build("batch_to_space_nd", [str(path)], str(out), param_items=params, variable_items=[],
                        chunks=None, overwrite=False, output_variable=None, dry_run=True)
     assert len(stores_as_made(plan.store_graph(zarr.storage.MemoryStore()))) == 4  # 2 batch x 2 row blocks
     code, _, err = main_in_process(capsys, "batch_to_space_nd", "--input", str(path), "--param", params[0],
@@ -231,7 +232,7 @@ def test_chunks_read_the_input_in_other_chunks(inputs, tmp_path, capsys):
     x = da.from_array(np.ascontiguousarray(IMAGE[:, :6, :5]), chunks=(2, 6, -1, 4))
     assert f"input x: {padded}: shape [2, 6, 5, 16] float32 dims ['dim_0', 'dim_1', 'dim_2', 'dim_3'] " \
            f"chunks [2, 6, 5, 4] ({x.npartitions} chunks)" in out
-    plan = batch.build("space_to_depth", [str(inputs / "scene.zarr")], str(tmp_path / "o.zarr"),
+    plan = run.build("space_to_depth", [str(inputs / "scene.zarr")], str(tmp_path / "o.zarr"),
                        param_items=["block_size=2"], variable_items=["image"], chunks="y=8,x=8",
                        overwrite=False, output_variable=None, dry_run=True)
     assert plan.inputs[0].array.chunks == ((1, 1), (8,), (8,), (16,))  # by name; others as stored
@@ -241,7 +242,7 @@ def test_chunks_read_the_input_in_other_chunks(inputs, tmp_path, capsys):
 def test_array_inputs_as_json_values(inputs, tmp_path):
     """--param deq_scale=NUMBER and --param indices=[[...]] instead of --input ROLE=PATH."""
     def result(op, input_items, params, variables=()):
-        return batch.build(op, input_items, str(tmp_path / "o.zarr"), param_items=params,
+        return run.build(op, input_items, str(tmp_path / "o.zarr"), param_items=params,
                            variable_items=list(variables), chunks=None, overwrite=False, output_variable=None,
                            dry_run=True).result.values
 
@@ -259,7 +260,7 @@ def test_dims_by_name_in_any_order(tmp_path, capsys):
     dims = '{"N":"t","C":"b","H":"row","W":"col"}'
     args = ["depth_to_space", "--input", str(tmp_path / "odd.zarr"), "--param", "block_size=2",
             "--param", f"dims={dims}", "--output", str(tmp_path / "o.zarr")]
-    plan = batch.build(args[0], [args[2]], args[-1], param_items=[args[4], args[6]], variable_items=[],
+    plan = run.build(args[0], [args[2]], args[-1], param_items=[args[4], args[6]], variable_items=[],
                        chunks=None, overwrite=False, output_variable=None, dry_run=True)
     assert plan.result.dims == ("t", "b", "row", "col")
     assert_same(plan.result.values, ops.depth_to_space(stored, 2, data_format="NCHW"))
@@ -507,8 +508,8 @@ def test_the_progress_bar_of_a_successful_run_ends_on_100_percent(capsys):
     """Even when the scheduler's answer to ``start`` times out and the last count seen is
     9 of 11 (the old bar ended there), and the tracker is removed from the scheduler."""
     client = _SlowStartClient([(11, 11), (11, 6), (11, 2)])
-    bar = batch.ProgressBar(enabled=True)
-    assert batch._wait(client, _FinishingFuture(polls=3), bar, patience=30, bound=5) == "stored"
+    bar = run.ProgressBar(enabled=True)
+    assert run._wait(client, _FinishingFuture(polls=3), bar, patience=30, bound=5) == "stored"
     lines = capsys.readouterr().err.splitlines()
     assert re.search(r"\] +0% 0/11 tasks", lines[0]), lines
     assert re.search(r"\] +81% 9/11 tasks", lines[-2]), lines
@@ -544,18 +545,18 @@ def test_a_service_job_records_progress_when_the_start_answered_late():
     ("float16", "float16"), ("0.0078125", 0.0078125), ("null", None),
 ])
 def test_param_values_are_json_or_a_bare_string(text, value):
-    assert batch.parse_params([f"p={text}"]) == {"p": value}
+    assert run_inputs.parse_params([f"p={text}"]) == {"p": value}
 
 
 def test_chunks_forms():
     dims = ("n", "y", "x", "c")
-    assert batch.parse_chunks("1,64,-1,16", dims) == {"n": 1, "y": 64, "x": -1, "c": 16}
-    assert batch.parse_chunks("y=64,x=32", dims) == {"y": 64, "x": 32}
-    assert batch.parse_chunks("auto", dims) == dict.fromkeys(dims, "auto")
+    assert run_inputs.parse_chunks("1,64,-1,16", dims) == {"n": 1, "y": 64, "x": -1, "c": 16}
+    assert run_inputs.parse_chunks("y=64,x=32", dims) == {"y": 64, "x": 32}
+    assert run_inputs.parse_chunks("auto", dims) == dict.fromkeys(dims, "auto")
     for bad in ("1,2", "a,b,c,d", "z=3", "0,1,1,1"):
-        with pytest.raises(batch.RunError) as error:
-            batch.parse_chunks(bad, dims)
-        assert error.value.code == batch.USAGE and repr(bad) in str(error.value)
+        with pytest.raises(run_errors.RunError) as error:
+            run_inputs.parse_chunks(bad, dims)
+        assert error.value.code == run_errors.USAGE and repr(bad) in str(error.value)
 
 
 def test_help_documents_the_parameter_forms_and_the_exit_codes(capsys):
@@ -563,7 +564,7 @@ def test_help_documents_the_parameter_forms_and_the_exit_codes(capsys):
         cli.main(["run", "--help"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
-    for code in (batch.OK, batch.FAILED, batch.USAGE, batch.INPUT, batch.CLUSTER, 130):
+    for code in (run_errors.OK, run_errors.FAILED, run_errors.USAGE, run_errors.INPUT, run_errors.CLUSTER, 130):
         assert re.search(rf"^  {code}  \S", text, flags=re.M), code
     for flag in ("--input", "--output", "--variable", "--param", "--scheduler", "--chunks", "--dry-run",
                  "--overwrite", "--n-workers", "--memory-limit", "--in-process"):

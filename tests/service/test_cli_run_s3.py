@@ -19,7 +19,7 @@ import zarr
 from zarr.storage import FsspecStore
 
 import ops
-from service import cli
+from service.cli import main as cli
 from service.storage.run_storage import HeldRootStore
 from tests.helpers import assert_same
 from tests.service.test_cluster import dask_processes

@@ -14,7 +14,8 @@ import sys
 import threading
 import warnings
 
-from service import batch
+from service.cli import run as run_command
+from service.cli.run_errors import FAILED, USAGE, RunError
 from service.settings import ENV_PREFIX, Settings
 
 
@@ -89,7 +90,7 @@ def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add("--variable", action="append", default=[], metavar="[ROLE=]NAME",
         help="which variable of a group input to read (needed when it has several)")
     add("--output-variable", metavar="NAME",
-        help=f"the output's variable (default: the input's variable, or '{batch.RESULT_VARIABLE}')")
+        help=f"the output's variable (default: the input's variable, or '{run_command.RESULT_VARIABLE}')")
     add("--param", action="append", default=[], metavar="NAME=VALUE", help="an operator parameter, VALUE as JSON")
     add("--chunks", metavar="SPEC", help="read the first input in these chunks: 1,64,64,16 (-1: whole axis), "
                                          "y=64,x=64 or auto (default: its stored chunks)")
@@ -114,7 +115,7 @@ def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _one_line_errors(parser: argparse.ArgumentParser) -> None:
     """Usage errors of ``run`` as one line on stderr, exit 2 (argparse also prints the usage)."""
     def error(message: str):
-        parser.exit(batch.USAGE, f"{parser.prog}: error: {message}\n")
+        parser.exit(USAGE, f"{parser.prog}: error: {message}\n")
 
     parser.error = error
 
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         settings = Settings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as error:  # pydantic: e.g. --n-workers 0
         print(f"chunked-tensor-ops run: error: {error}".replace("\n", " "), file=sys.stderr)
-        return batch.USAGE
+        return USAGE
     # SIGTERM cleans up as Ctrl-C does (no temporary output left); the previous handler is back after
     previous = signal.signal(signal.SIGTERM, _interrupted) if threading.current_thread() is threading.main_thread() \
         else None
@@ -169,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
         with _quiet_dask(not args.verbose), warnings.catch_warnings():
             # xarray's consolidated metadata in Zarr v3 is not in the spec yet; nothing for the user to do
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
-            return batch.run(args, settings)
-    except batch.RunError as error:
+            return run_command.run(args, settings)
+    except RunError as error:
         if args.verbose:
             import traceback
 
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             raise
         print(f"chunked-tensor-ops run: error: {type(error).__name__}: {error}".replace("\n", " "),
               file=sys.stderr)
-        return batch.FAILED
+        return FAILED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
