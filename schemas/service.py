@@ -16,7 +16,7 @@ OGC_EXCEPTION = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0/"
 
 JobStatus = Literal["accepted", "running", "successful", "failed", "dismissed"]
 
-# What the service takes as an array name (``service.storage.check_name`` enforces it): 1-128
+# What the service takes as an array name (``service.storage.names.check_name`` enforces it): 1-128
 # characters of [A-Za-z0-9._-], not starting with ".".
 ARRAY_NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
 # A job id is the hex of a random UUID (``uuid.uuid4().hex``).

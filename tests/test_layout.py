@@ -34,8 +34,12 @@ def import_graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names += [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, up level - 1 more
+                    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                names += [f"{base}.{alias.name}" for alias in node.names]
         graph[module] = {target for name in names if (target := project_module(name))} - {module}
     return graph
 
@@ -148,3 +152,13 @@ def test_bench_imports_nothing_from_the_tests():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [(path.name, name) for name in names if name.split(".")[0] == "tests"]
     assert found == []
+
+
+#: The largest a module of the packages may grow, docstrings included: a module is one concern.
+MODULE_LINES = 500
+
+
+def test_every_module_is_one_room_of_at_most_500_lines():
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+             for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
+    assert {path: lines for path, lines in sizes.items() if lines > MODULE_LINES} == {}

@@ -45,7 +45,7 @@ RESULT_VARIABLE = "result"  # the output's variable when the input was a bare ar
 
 
 @dataclass
-class Plan:
+class RunPlan:
     """Everything decided before the cluster is involved."""
 
     op: registry.Operator
@@ -96,7 +96,7 @@ def check_output(output: str, paths: dict[str, str], settings, *, overwrite: boo
 
 def build(op_name: str, input_items: list[str], output: str, *, param_items: list[str],
           variable_items: list[str], chunks: str | None, overwrite: bool, output_variable: str | None,
-          dry_run: bool, settings=None) -> Plan:
+          dry_run: bool, settings=None) -> RunPlan:
     """Check everything, open the inputs and build the lazy result; nothing is computed.
     ``settings`` (``service.settings.Settings``, default from the environment) give the
     storage options of URLs."""
@@ -126,7 +126,7 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
-    return Plan(op, params, opened, result, target, variable, dims, scratch)
+    return RunPlan(op, params, opened, result, target, variable, dims, scratch)
 
 
 def _nbytes(shape, dtype) -> int:
@@ -140,7 +140,7 @@ def _describe(arr: xr.DataArray) -> str:
             f"chunks {chunks} ({count} chunks) {_nbytes(arr.shape, arr.dtype)} bytes")
 
 
-def describe_plan(plan: Plan) -> list[str]:
+def describe_plan(plan: RunPlan) -> list[str]:
     """The ``--dry-run`` report: inputs, output, tasks, bytes read and written."""
     import dask
     import zarr
@@ -267,7 +267,7 @@ def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     return future.result()
 
 
-def execute(plan: Plan, settings, *, overwrite: bool, show_progress: bool, dashboard: bool = False) -> dict:
+def execute(plan: RunPlan, settings, *, overwrite: bool, show_progress: bool, dashboard: bool = False) -> dict:
     """Compute the plan on the cluster and publish the output. Returns a summary."""
     from distributed.comm.core import CommClosedError
 
@@ -307,7 +307,7 @@ def execute(plan: Plan, settings, *, overwrite: bool, show_progress: bool, dashb
             "bytes": _nbytes(plan.result.shape, plan.result.dtype)}
 
 
-def _clean_up(plan: Plan, embedded: bool, published: bool) -> None:
+def _clean_up(plan: RunPlan, embedded: bool, published: bool) -> None:
     """Remove the scratch and an unpublished output."""
     def remove() -> bool:
         left = not published and plan.output.discard()

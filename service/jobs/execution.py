@@ -33,7 +33,7 @@ from schemas.service import ExecuteRequest
 from service.errors import INVALID_PARAMETER, JOB_FAILED, ServiceError, disk_full, insufficient_storage, too_large
 from service.jobs import progress
 from service.jobs.cluster import Cluster, ClusterUnavailable
-from service.jobs.plan import Plan, plan_request
+from service.jobs.plan import JobPlan, plan_request
 from service.jobs.records import JobRecords, now
 from service.storage.chunk_order import stream_chunks
 from service.storage.local import ArrayStore
@@ -72,12 +72,12 @@ class Executor:
         self._stopping = threading.Event()
 
     # --- planning (no work scheduled) -------------------------------------------------------
-    def plan(self, process_id: str, request: ExecuteRequest, job_id: str, base_url: str) -> Plan:
+    def plan(self, process_id: str, request: ExecuteRequest, job_id: str, base_url: str) -> JobPlan:
         """The validated request (``service.jobs.plan.plan_request``); nothing is scheduled."""
         return plan_request(process_id, request, job_id, base_url, store=self.store,
                             max_inline_bytes=self.max_inline_bytes)
 
-    def build(self, plan: Plan) -> xr.DataArray:
+    def build(self, plan: JobPlan) -> xr.DataArray:
         """The operator's lazy result. Inline inputs become one-block Dask arrays, so nothing
         is computed (or allocated) before the result's size has been checked. Raises
         InvalidArgument / IndexError (bad parameters) before anything runs."""
@@ -94,7 +94,7 @@ class Executor:
         return result
 
     @contextlib.contextmanager
-    def _job_scratch(self, plan: Plan):
+    def _job_scratch(self, plan: JobPlan):
         """The job's scratch location (see ``_build_with_scratch``), removed when the job ends."""
         scratch, remove = self._as_service_error(self.store.scratch, f"job-{plan.job_id}-")
         try:
@@ -102,14 +102,14 @@ class Executor:
         finally:
             remove()
 
-    def _build_with_scratch(self, plan: Plan, scratch: dict) -> xr.DataArray:
+    def _build_with_scratch(self, plan: JobPlan, scratch: dict) -> xr.DataArray:
         """``build`` with the job's own scratch location (GatherNd's all-to-all writes its
         intermediate files there; see ops.scratch). Dask's config is process-wide, so one
         build at a time sets it; building schedules nothing and takes milliseconds."""
         with _BUILD_LOCK, ops.scratch(scratch["url"], scratch["storage_options"]):
             return self.build(plan)
 
-    def _check_size(self, plan: Plan, result: xr.DataArray) -> None:
+    def _check_size(self, plan: JobPlan, result: xr.DataArray) -> None:
         """Refuse a result the service would have to hold (inline value, or computed from
         inline inputs in its own process) past the inline limit, and any result past the
         upload limit."""
@@ -128,7 +128,7 @@ class Executor:
 
     # --- running --------------------------------------------------------------------------
 
-    def run_sync(self, plan: Plan):
+    def run_sync(self, plan: JobPlan):
         """Run a request to the end (blocking). Returns a NumPy array (value) or None
         (reference: the result is stored under ``plan.result_name``)."""
         self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
@@ -149,13 +149,13 @@ class Executor:
             self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status, error_type=error.type)
             raise
 
-    def submit(self, plan: Plan) -> None:
+    def submit(self, plan: JobPlan) -> None:
         """Record the job and start it in the background."""
         self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission)
         self._running[plan.job_id] = _Control()
         threading.Thread(target=self._run_job, args=(plan,), name=f"job-{plan.job_id}", daemon=True).start()
 
-    def _run_job(self, plan: Plan) -> None:
+    def _run_job(self, plan: JobPlan) -> None:
         control = self._running[plan.job_id]
         try:
             # Wait for a slot, but not past a dismiss: a queued job is dismissed at once.
@@ -222,13 +222,13 @@ class Executor:
                 raise insufficient_storage(error) from None
             raise
 
-    def _compute_value(self, plan: Plan, result: xr.DataArray) -> np.ndarray:
+    def _compute_value(self, plan: JobPlan, result: xr.DataArray) -> np.ndarray:
         if plan.inline_only:  # small and already here: compute in this thread
             return np.asarray(result.data.compute(scheduler="sync"))
         client = self.cluster.live_client()
         return self._wait(plan.job_id, client, client.compute(result.data))
 
-    def _store_result(self, plan: Plan, result: xr.DataArray) -> None:
+    def _store_result(self, plan: JobPlan, result: xr.DataArray) -> None:
         built = self.store.new_version(f"job-{plan.job_id}-")  # the workers write here directly
         try:
             if plan.inline_only:  # one small block, computed here and stored in chunks

@@ -1,4 +1,4 @@
-"""From an execute request to a ``Plan``: the inputs resolved (a stored array by its href, an
+"""From an execute request to a ``JobPlan``: the inputs resolved (a stored array by its href, an
 inline NPY decoded), the parameters and the output checked, before anything is computed.
 """
 
@@ -25,7 +25,7 @@ from service.storage.names import check_name
 
 
 @dataclass
-class Plan:
+class JobPlan:
     """A validated execution request, before anything is computed."""
 
     job_id: str
@@ -129,7 +129,7 @@ def _refused_dtype_standin(raw: bytes):
 
 
 def plan_request(process_id: str, request: ExecuteRequest, job_id: str, base_url: str, *, store: ArrayStore,
-                 max_inline_bytes: int) -> Plan:
+                 max_inline_bytes: int) -> JobPlan:
     """The request checked against the operator and the store (``Executor.plan``); raises the
     ServiceError (400, 404, 409, 413) a client gets for it."""
     op = registry.OPERATORS[process_id]
@@ -180,5 +180,5 @@ def plan_request(process_id: str, request: ExecuteRequest, job_id: str, base_url
         raise conflict(f"an array named {result_name!r} exists; choose another outputs.result.name")
     if result_name in reads:
         raise conflict(f"the result cannot overwrite its input {result_name!r}")
-    return Plan(job_id, process_id, arrays, inputs, dims,
+    return JobPlan(job_id, process_id, arrays, inputs, dims,
                 output.transmissionMode if output else "value", result_name, request.response, reads)
