@@ -8,12 +8,14 @@ every worker can reach (a local directory on one machine, or an fsspec URL such 
 ``s3://bucket/tmp`` on a cluster) and keeps only barrier tasks between the stages: tasks and
 graph edges grow linearly with the blocks, and a task holds about one block.
 
-Configured with Dask's config, so it reaches the library, the accessor, the service and the
-command line alike::
+Given to GatherNd as its ``scratch=`` argument (the service and the command line pass each
+job's own), or for code that cannot pass it, set around the call with ``ops.scratch``::
 
-    dask.config.set({"chunked-tensor-ops.scratch": "/fast/disk/tmp"})
-    dask.config.set({"chunked-tensor-ops.scratch": {"url": "s3://bucket/tmp",
-                                                    "storage_options": {"endpoint_url": ...}}})
+    ops.gather_nd(params, indices, scratch="/fast/disk/tmp")
+    ops.gather_nd(params, indices, scratch={"url": "s3://bucket/tmp",
+                                            "storage_options": {"endpoint_url": ...}})
+    with ops.scratch("/fast/disk/tmp"):
+        ...
 
 A gather's files live under ``<scratch>/gather_nd-<token>-<run>/`` and are removed by the last
 output task that reads them.
@@ -241,30 +243,33 @@ def _filesystem(url: str, options_json: str):
     return fs, root
 
 
-def configured() -> Scratch | None:
-    """The scratch store set in Dask's config (``chunked-tensor-ops.scratch``), or None."""
-    value = dask.config.get(CONFIG_KEY, None)
-    if value is None:
-        return None
+def as_scratch(value, what: str = "scratch") -> Scratch | None:
+    """``value`` as a Scratch: None, a local path or fsspec URL, a Scratch, or a mapping with
+    ``url`` (and optional ``storage_options``). ``what`` names the value in errors."""
+    if value is None or isinstance(value, Scratch):
+        return value
     if isinstance(value, (str, os.PathLike)):
         return Scratch(os.fspath(value))
     if isinstance(value, Mapping) and isinstance(value.get("url"), (str, os.PathLike)):
         options = value.get("storage_options") or {}
         if not isinstance(options, Mapping):
-            raise InvalidArgument(
-                f"dask config {CONFIG_KEY}.storage_options must be a mapping, got {type(options).__name__}"
-            )
+            raise InvalidArgument(f"{what}.storage_options must be a mapping, got {type(options).__name__}")
         return Scratch(os.fspath(value["url"]), dict(options))
     # Never echo a mapping: its storage_options may hold credentials.
     got = f"a mapping with keys {sorted(map(str, value))}" if isinstance(value, Mapping) else repr(value)
     raise InvalidArgument(
-        f"dask config {CONFIG_KEY} must be a path, a URL or a mapping with 'url' (and optional "
-        f"'storage_options'), got {got}"
+        f"{what} must be a path, a URL or a mapping with 'url' (and optional 'storage_options'), got {got}"
     )
 
 
+def configured() -> Scratch | None:
+    """The scratch store set in Dask's config (``chunked-tensor-ops.scratch``), or None."""
+    return as_scratch(dask.config.get(CONFIG_KEY, None), f"dask config {CONFIG_KEY}")
+
+
 def scratch(url, storage_options: Mapping | None = None):
-    """Use a scratch store for the plans that move data out of band (a context manager).
+    """Use a scratch store for the plans that move data out of band (a context manager): the
+    default for calls that do not pass one (``ops.gather_nd(..., scratch=...)`` wins).
 
     GatherNd with lazy (Dask) indices into params larger than a quarter of Dask's
     ``array.chunk-size`` is an all-to-all: with a scratch store its gathered rows go through

@@ -63,6 +63,8 @@ class Operator:
         Whether DataArray inputs go through the ``.ops`` accessor (dims by name, ``dims=``).
     roles : callable
         ``roles(kwargs, ndim) -> tuple[str, ...]``: dim names for a plain result.
+    takes_scratch : bool
+        Whether the function takes a ``scratch`` store for its intermediate files (GatherNd).
     """
 
     name: str
@@ -73,6 +75,7 @@ class Operator:
     roles: Callable
     accepts_dims: bool = True
     scalar_inputs: tuple[str, ...] = ()
+    takes_scratch: bool = False
     keywords: tuple[str, ...] = field(init=False)
 
     def __post_init__(self):
@@ -121,7 +124,8 @@ OPERATORS: dict[str, Operator] = {
                  _batch_roles),
         Operator("batch_to_space_nd", batch_to_space_nd, BatchToSpaceNDParams, ("x",), "BatchToSpaceND",
                  _batch_roles),
-        Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd", _gather_roles),
+        Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd", _gather_roles,
+                 takes_scratch=True),
         # The accessor's dequant aligns scales by dim name, which a positional request cannot say.
         Operator("ascend_dequant", ascend_dequant, AscendDequantParams, ("src", "deq_scale"), "AscendDequant",
                  _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",)),
@@ -141,7 +145,7 @@ def _data(value):
     return value.data if isinstance(value, xr.DataArray) else value
 
 
-def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object], dims=None):
+def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object], dims=None, *, scratch=None):
     """Run operator ``name`` and return its result as a DataArray (lazy when inputs are Dask).
 
     Parameters
@@ -155,6 +159,9 @@ def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object],
         Keyword parameters, as the ``ops`` function takes them; absent ones take defaults.
     dims : mapping, optional
         Role -> dim name (``{"H": "row", ...}``), as the accessor's ``dims=``.
+    scratch : str, mapping or ops._scratch.Scratch, optional
+        Where an operator that takes one (GatherNd) writes its intermediate files; the
+        others ignore it, so a caller may pass its job's scratch to any operator.
 
     Returns
     -------
@@ -181,6 +188,8 @@ def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object],
         raise InvalidArgument(
             f"dims must map roles to dim names, e.g. {{'H': 'y'}}, and {name} must take dims by name; got {dims!r}"
         )
+    if scratch is not None and op.takes_scratch:
+        kwargs = {**kwargs, "scratch": scratch}
     if op.accepts_dims:
         named = NAMED_DIMS[name](arrays, dict(kwargs), dims)
         if named is not None:

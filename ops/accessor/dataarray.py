@@ -298,7 +298,7 @@ class OpsAccessor:
         """
         return named_rearrange.square_space_to_batch(self._obj, block_size, paddings, dims, keep_attrs)
 
-    def gather_nd(self, indices: xr.DataArray, *, batch_dims=0, negative_index_support=True,
+    def gather_nd(self, indices: xr.DataArray, *, batch_dims=0, negative_index_support=True, scratch=None,
                   keep_attrs=None) -> xr.DataArray:
         """Gather at index tuples along the last dim of the ``indices`` DataArray.
 
@@ -316,6 +316,9 @@ class OpsAccessor:
             How many leading dims of ``indices`` are batch dims shared (by name) with params.
         negative_index_support : bool, default True
             Whether ``-1`` counts from the end; if False, negative indices are an error.
+        scratch : str, os.PathLike or mapping, optional
+            Where Dask-backed indices into large params exchange their gathered rows (see
+            ``ops.gather_nd``).
         keep_attrs : bool, optional
             Keep params' ``attrs``; default ``xr.set_options(keep_attrs=...)``, else True.
 
@@ -345,7 +348,8 @@ class OpsAccessor:
         >>> grid.ops.gather_nd(where).values
         array([8, 3])
         """
-        out = gather_by_name(self._obj, indices, batch_dims=batch_dims, negative_index_support=negative_index_support)
+        out = gather_by_name(self._obj, indices, batch_dims=batch_dims, negative_index_support=negative_index_support,
+                             scratch=scratch)
         return conventions.apply_keep_attrs(out, keep_attrs)
 
     def ascend_dequant(self, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,

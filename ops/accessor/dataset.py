@@ -134,7 +134,8 @@ class OpsDatasetAccessor:
         return self._apply("batch_to_space_nd", blocks, crops, dims=dims, keep_attrs=keep_attrs)
 
     @from_dataarray(OpsAccessor.gather_nd, applies_to="has the dims the ``indices`` name")
-    def gather_nd(self, indices, *, batch_dims=0, negative_index_support=True, keep_attrs=None) -> xr.Dataset:
+    def gather_nd(self, indices, *, batch_dims=0, negative_index_support=True, scratch=None,
+                  keep_attrs=None) -> xr.Dataset:
         """
         Examples
         --------
@@ -145,7 +146,7 @@ class OpsDatasetAccessor:
         array([5])
         """
         return self._apply("gather_nd", indices, batch_dims=batch_dims,
-                           negative_index_support=negative_index_support, keep_attrs=keep_attrs)
+                           negative_index_support=negative_index_support, scratch=scratch, keep_attrs=keep_attrs)
 
     @from_dataarray(OpsAccessor.ascend_dequant, applies_to="has the scale's dims and a src dtype")
     def ascend_dequant(self, deq_scale, *, dst_dtype, calc_count=None, mode="single_row", policy=None,

@@ -17,7 +17,7 @@ from ops.accessor.history import with_step
 from ops.errors import DimensionError, InvalidArgument, MissingDims
 
 
-def gather_by_name(params: xr.DataArray, indices, *, batch_dims, negative_index_support) -> xr.DataArray:
+def gather_by_name(params: xr.DataArray, indices, *, batch_dims, negative_index_support, scratch=None) -> xr.DataArray:
     """GatherNd of ``params`` at the index tuples along the last dim of the ``indices`` DataArray;
     attrs: params' plus an ``ops_history`` step."""
     if not isinstance(indices, xr.DataArray):
@@ -50,7 +50,7 @@ def gather_by_name(params: xr.DataArray, indices, *, batch_dims, negative_index_
     work = params.transpose(*batch, *indexed, *rest)
     try:
         data = registry.get("gather_nd").function(work.data, indices.data, batch_dims=batch_dims,
-                                                  negative_index_support=negative_index_support)
+                                                  negative_index_support=negative_index_support, scratch=scratch)
     except (InvalidArgument, IndexError) as error:  # positional wording -> dim names
         raise type(error)(conventions.gather_in_dim_terms(str(error), work.dims, indices.dims)) from None
     coords = {name: c.variable for name, c in indices.coords.items() if tuple_dim not in c.dims}

@@ -14,7 +14,7 @@ import math
 import dask.array as da
 import numpy as np
 
-from ops import _validate
+from ops import _scratch, _validate
 from ops.errors import InvalidArgument
 from ops.gather_nd.graph import _choose_and_build
 from ops.gather_nd.kernel import check_index_values, gather_nd_kernel
@@ -63,7 +63,7 @@ def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
     return params, indices, p, out_shape
 
 
-def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True):
+def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True, scratch=None):
     """Gather elements or slices of ``params`` at the index tuples in the last axis of ``indices``.
 
     Each tuple of ``c = indices.shape[-1]`` values selects one element (``c = r - b``) or
@@ -84,6 +84,12 @@ def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True):
         ``indices`` must be equal.
     negative_index_support : bool, default True
         True: values in ``[-s, s-1]`` for a dim of size s. False: ``[0, s-1]``.
+    scratch : str, os.PathLike or mapping, optional
+        Where lazy indices into params larger than a quarter of Dask's ``array.chunk-size``
+        exchange their gathered rows: a directory every worker reaches or an fsspec URL, or
+        ``{"url": ..., "storage_options": {...}}``. The graph then stays linear in the blocks
+        with about one block per task, and a finished gather removes its files. Default: the
+        store set with ``ops.scratch``, else none (the rows go through worker memory).
 
     Returns
     -------
@@ -121,4 +127,5 @@ def gather_nd(params, indices, *, batch_dims=0, negative_index_support=True):
            [4, 5]])
     """
     params, indices, p, out_shape = _validate_gather_nd(params, indices, batch_dims, negative_index_support)
-    return _choose_and_build(params, indices, p.batch_dims, p.negative_index_support, out_shape)
+    store = _scratch.as_scratch(scratch) if scratch is not None else _scratch.configured()
+    return _choose_and_build(params, indices, p.batch_dims, p.negative_index_support, out_shape, store)

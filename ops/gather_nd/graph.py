@@ -28,7 +28,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _chunks, _lazy, _scratch
+from ops import _chunks, _lazy
 from ops.gather_nd import scratch_graph
 from ops.gather_nd.kernel import (
     _assemble,
@@ -50,14 +50,14 @@ from ops.gather_nd.plan import (
 )
 
 
-def _choose_and_build(params, indices, b: int, negative: bool, out_shape):
+def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratch=None):
     """GatherNd of validated arguments, by the plan for what is lazy and how large params is.
 
     - NumPy params and indices: the NumPy kernel, now.
     - Concrete indices (Dask params): ``_build_concrete``; an empty output is checked and
       built without a read.
     - Lazy indices, params NumPy or at most ``_broadcast_limit()`` bytes: ``_build_broadcast``.
-    - Lazy indices, larger params, a scratch store set: ``scratch_graph._build_scratch``.
+    - Lazy indices, larger params, a scratch store (``scratch``, a Scratch): ``scratch_graph._build_scratch``.
     - Lazy indices, larger params, no scratch store: ``_build_shuffle``.
     """
     lazy_params, lazy_indices = isinstance(params, da.Array), isinstance(indices, da.Array)
@@ -73,7 +73,6 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape):
         indices = indices.rechunk({indices.ndim - 1: -1})
     if not lazy_params or params.nbytes <= _broadcast_limit():
         return _build_broadcast(params, indices, b, negative, out_shape)
-    scratch = _scratch.configured()
     if scratch is not None:
         return scratch_graph._build_scratch(params, indices, b, negative, out_shape, scratch)
     return _build_shuffle(params, indices, b, negative, out_shape)

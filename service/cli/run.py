@@ -24,6 +24,7 @@ import math
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,7 @@ from service.cli.run_errors import CLUSTER, FAILED, INPUT, OK, USAGE, RunError, 
 from service.cli.run_inputs import Input, check_arguments, open_input, scalar_or_array
 from service.storage import run_storage
 from service.storage.run_storage import LocalOutput, ObjectOutput
+from service.storage.scratch import configured_scratch, scratch_root
 
 RESULT_VARIABLE = "result"  # the output's variable when the input was a bare array
 
@@ -55,7 +57,8 @@ class RunPlan:
     output: LocalOutput | ObjectOutput
     variable: str
     dims: dict | None = None      # roles -> dim names (--param dims=...)
-    scratch: str | None = None    # GatherNd's intermediate files (ops.scratch), beside the output
+    scratch: dict | None = None   # GatherNd's intermediate files: {"url", "storage_options"}
+    remove_scratch: Callable[[], bool] = lambda: False  # whether anything was there
 
     def store_graph(self, target):
         """The Dask graph (a Delayed) that writes the data to ``target``; metadata written now."""
@@ -113,12 +116,9 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
                          settings) for role, path in paths.items()]
     arrays = {i.role: i.array for i in opened}
     arrays.update({k: scalar_or_array(k, v, op) for k, v in literal_arrays.items()})
-    # Created only if a plan writes there: on this machine's disk for the embedded cluster,
-    # else beside the output, where the workers write anyway.
-    scratch, scratch_options = target.scratch(workers_local=settings.scheduler is None)
+    scratch, remove_scratch = _scratch(target, settings)
     try:
-        with ops.scratch(scratch, scratch_options):
-            result = registry.apply(op.name, arrays, params, dims)  # the graph, as the service builds it
+        result = registry.apply(op.name, arrays, params, dims, scratch=scratch)  # the graph, as the service builds it
     except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
         raise usage(str(error)) from None
     result.encoding = {}
@@ -126,7 +126,25 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
-    return RunPlan(op, params, opened, result, target, variable, dims, scratch)
+    return RunPlan(op, params, opened, result, target, variable, dims, scratch, remove_scratch)
+
+
+def _scratch(target, settings) -> tuple[dict, Callable[[], bool]]:
+    """Where GatherNd's intermediate files go, created only if its plan writes there, and their
+    removal: under the ``scratch`` setting (``CHUNKED_TENSOR_OPS_SCRATCH``) as for the service's
+    jobs; else on this machine's disk for the embedded cluster, or beside the output, where
+    the workers write anyway."""
+    root = scratch_root(settings)
+    if root is not None:
+        location, remove = configured_scratch(*root, "run-")
+
+        def removed() -> bool:
+            remove()
+            return False  # removed or logged; nothing the run waits for
+
+        return location, removed
+    url, options = target.scratch(workers_local=settings.scheduler is None)
+    return {"url": url, "storage_options": options}, lambda: target.remove_scratch(url)
 
 
 def _nbytes(shape, dtype) -> int:
@@ -311,8 +329,7 @@ def _clean_up(plan: RunPlan, embedded: bool, published: bool) -> None:
     """Remove the scratch and an unpublished output."""
     def remove() -> bool:
         left = not published and plan.output.discard()
-        if plan.scratch is not None:
-            left = plan.output.remove_scratch(plan.scratch) or left
+        left = plan.remove_scratch() or left
         return left
 
     if remove() and not embedded:  # a task already on an external worker may still write

@@ -25,7 +25,6 @@ import numpy as np
 import xarray as xr
 from distributed import CancelledError, Future
 
-import ops
 from ops import registry
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
@@ -55,9 +54,6 @@ class _Control:
     finished: threading.Event = field(default_factory=threading.Event)
 
 
-_BUILD_LOCK = threading.Lock()
-
-
 class Executor:
     """Runs executions: synchronously for a request, or as background jobs."""
 
@@ -77,10 +73,11 @@ class Executor:
         return plan_request(process_id, request, job_id, base_url, store=self.store,
                             max_inline_bytes=self.max_inline_bytes)
 
-    def build(self, plan: JobPlan) -> xr.DataArray:
+    def build(self, plan: JobPlan, scratch: dict | None = None) -> xr.DataArray:
         """The operator's lazy result. Inline inputs become one-block Dask arrays, so nothing
-        is computed (or allocated) before the result's size has been checked. Raises
-        InvalidArgument / IndexError (bad parameters) before anything runs."""
+        is computed (or allocated) before the result's size has been checked. ``scratch``
+        (``{"url", "storage_options"}``) is where GatherNd writes its intermediate files.
+        Raises InvalidArgument / IndexError (bad parameters) before anything runs."""
         arrays = {}
         for name, value in plan.arrays.items():
             if isinstance(value, str):
@@ -89,7 +86,7 @@ class Executor:
                 arrays[name] = da.from_array(value, chunks=-1 if value.ndim else ())
             else:
                 arrays[name] = value
-        result = registry.apply(plan.process_id, arrays, plan.kwargs, plan.dims)
+        result = registry.apply(plan.process_id, arrays, plan.kwargs, plan.dims, scratch=scratch)
         self._check_size(plan, result)
         return result
 
@@ -103,11 +100,9 @@ class Executor:
             remove()
 
     def _build_with_scratch(self, plan: JobPlan, scratch: dict) -> xr.DataArray:
-        """``build`` with the job's own scratch location (GatherNd's all-to-all writes its
-        intermediate files there; see ops.scratch). Dask's config is process-wide, so one
-        build at a time sets it; building schedules nothing and takes milliseconds."""
-        with _BUILD_LOCK, ops.scratch(scratch["url"], scratch["storage_options"]):
-            return self.build(plan)
+        """``build`` with the job's own scratch location, passed to the operator (builds of
+        concurrent jobs share nothing)."""
+        return self.build(plan, scratch)
 
     def _check_size(self, plan: JobPlan, result: xr.DataArray) -> None:
         """Refuse a result the service would have to hold (inline value, or computed from

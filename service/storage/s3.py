@@ -45,7 +45,7 @@ from service.storage.names import KEY_PART, NAME, check_name
 from service.storage.raw_dtypes import from_stored
 from service.storage.s3_config import storage_options
 from service.storage.s3_pins import PinnedFsspecStore, Version, VersionPin, VersionPins
-from service.storage.scratch import configured_scratch
+from service.storage.scratch import configured_scratch, scratch_root
 from service.storage.upload import NpyUpload
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,7 @@ def open_store(settings: Settings) -> ArrayStore:
                                  state_dir=settings.state_dir or Path("state"), chunk_bytes=settings.chunk_bytes,
                                  max_upload_bytes=settings.max_upload_bytes, create_bucket=settings.s3_create_bucket)
     if settings.scratch:
-        options = storage_options(settings) if settings.scratch.startswith("s3://") else {}
-        store.scratch_root = (settings.scratch, options)
+        store.scratch_root = scratch_root(settings)
     elif settings.remote and settings.scheduler is None:
         store.scratch_on_local_disk = True
     return store

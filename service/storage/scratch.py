@@ -1,5 +1,6 @@
 """A job's scratch location under a configured root (the ``scratch`` setting: a shared
-directory or a URL), where GatherNd's all-to-all writes its intermediate files (``ops.scratch``).
+directory or a URL), where GatherNd's all-to-all writes its intermediate files (its ``scratch``
+argument). The service's jobs and ``chunked-tensor-ops run`` read the setting here alike.
 """
 
 from __future__ import annotations
@@ -9,6 +10,16 @@ import uuid
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
+
+
+def scratch_root(settings) -> tuple[str, dict] | None:
+    """The ``scratch`` setting (``CHUNKED_TENSOR_OPS_SCRATCH``) as ``(root, fsspec options)``
+    (an ``s3://`` root takes the ``s3_*`` settings' options), or None when it is not set."""
+    if not settings.scratch:
+        return None
+    from service.storage.s3_config import storage_options
+
+    return settings.scratch, (storage_options(settings) if settings.scratch.startswith("s3://") else {})
 
 
 def configured_scratch(root: str, options: dict, prefix: str) -> tuple[dict, Callable[[], None]]:

@@ -337,8 +337,26 @@ def test_building_computes_nothing():
 
 
 def _scratch_gather(params, indices, scratch, chunk_size="1KiB", **kwargs):
-    with dask.config.set({"array.chunk-size": chunk_size, "chunked-tensor-ops.scratch": str(scratch)}):
-        return ops.gather_nd(params, indices, **kwargs)
+    with dask.config.set({"array.chunk-size": chunk_size}):
+        return ops.gather_nd(params, indices, scratch=str(scratch), **kwargs)
+
+
+def test_the_scratch_argument_wins_over_the_context_and_needs_no_config(tmp_path):
+    """Concurrent builds with scratches of their own share no global state: the argument is
+    used as given; ``ops.scratch`` only supplies a default."""
+    params = da.from_array(np.arange(256).reshape(64, 4), chunks=(8, 4))
+    indices = da.from_array(np.array([[63], [0], [7]]), chunks=1)
+    mine, context = tmp_path / "mine", tmp_path / "context"
+    with ops.scratch(context), dask.config.set({"array.chunk-size": "1B"}):
+        explicit = ops.gather_nd(params, indices, scratch={"url": str(mine)})
+        by_context = ops.gather_nd(params, indices)
+    graph = dict(explicit.__dask_graph__())
+    runs = {str(a.url) for k in _stage(graph, "split") for a in graph[k][1:] if hasattr(a, "url")}
+    assert runs and all(url.startswith(str(mine)) for url in runs), runs
+    assert (explicit.compute() == np.arange(256).reshape(64, 4)[[63, 0, 7]]).all()
+    assert (by_context.compute() == np.arange(256).reshape(64, 4)[[63, 0, 7]]).all()
+    with pytest.raises(ops.InvalidArgument, match=r"scratch must be a path, a URL or a mapping with 'url'"):
+        ops.gather_nd(params, indices, scratch=3)
 
 
 def test_scratch_plan_reads_each_params_block_once_and_leaves_no_files(tmp_path):

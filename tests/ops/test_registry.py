@@ -24,11 +24,12 @@ def test_every_public_operator_is_registered_once():
 
 @pytest.mark.parametrize("name", sorted(registry.OPERATORS))
 def test_entry_matches_the_function_signature(name):
-    """Array inputs then the Params model's fields are exactly the function's parameters."""
+    """Array inputs then the Params model's fields (and ``scratch`` where the entry says it
+    takes one) are exactly the function's parameters."""
     op = registry.OPERATORS[name]
     parameters = list(inspect.signature(op.function).parameters)
     assert parameters[: len(op.array_inputs)] == list(op.array_inputs)
-    assert sorted(parameters[len(op.array_inputs):]) == sorted(op.keywords)
+    assert sorted(parameters[len(op.array_inputs):]) == sorted([*op.keywords, *(["scratch"] if op.takes_scratch else [])])
 
 
 @pytest.mark.smoke
@@ -61,3 +62,23 @@ def test_apply_refuses_unknown_parameters_and_conflicting_layout():
         registry.apply("depth_to_space", {"x": x}, {"block_size": 2, "data_format": "NCHW"})
     with pytest.raises(InvalidArgument, match="operator must be one of"):
         registry.get("pixel_shuffle")
+
+
+def test_a_scratch_reaches_only_the_operators_that_take_one(tmp_path):
+    """The service and the command line pass their job's scratch to every operator; GatherNd
+    writes its intermediate files there (and removes them), the others ignore it."""
+    import dask
+    import dask.array as da
+
+    params = np.arange(64 * 4).reshape(64, 4)
+    indices = da.from_array(np.array([[63], [0], [7]]), chunks=1)
+    with dask.config.set({"array.chunk-size": "1B"}):
+        lazy = registry.apply("gather_nd", {"params": da.from_array(params, chunks=(8, 4)), "indices": indices}, {},
+                              scratch=str(tmp_path))
+    assert any(str(key[0]).startswith("gather_nd-assemble-") for key in dict(lazy.data.__dask_graph__())
+               if isinstance(key, tuple))  # the scratch plan
+    assert (lazy.compute().values == params[[63, 0, 7]]).all()
+    assert list(tmp_path.iterdir()) == []  # the run's files are removed by its last block
+    x = np.arange(2 * 2 * 2 * 8, dtype=np.float32).reshape(2, 2, 2, 8)
+    assert (registry.apply("depth_to_space", {"x": x}, {"block_size": 2}, scratch=str(tmp_path)).values
+            == ops.depth_to_space(x, 2)).all()

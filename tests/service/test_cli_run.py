@@ -572,11 +572,14 @@ def test_help_documents_the_parameter_forms_and_the_exit_codes(capsys):
     assert "mode=DCR" in text and "--input indices=" in text
 
 
-@pytest.mark.parametrize("bad", [False, True], ids=["ok", "bad-index"])
+@pytest.mark.parametrize("bad, setting", [(False, False), (True, False), (False, True)],
+                         ids=["ok", "bad-index", "scratch-setting"])
 def test_a_large_gather_writes_its_scratch_beside_the_output_and_removes_it(inputs, tmp_path, capsys, monkeypatch,
-                                                                            bad):
+                                                                            bad, setting):
     """Params past the broadcast limit (array.chunk-size lowered to 1 KiB): GatherNd's
-    all-to-all goes through a scratch directory beside the output, gone when the run ends."""
+    all-to-all goes through a scratch directory beside the output, gone when the run ends;
+    under the ``scratch`` setting (CHUNKED_TENSOR_OPS_SCRATCH) when it is set, as for the
+    service's jobs."""
     gather_module = sys.modules["ops.gather_nd.scratch_graph"]  # the scratch strategy's module
 
     used = []
@@ -587,6 +590,10 @@ def test_a_large_gather_writes_its_scratch_beside_the_output_and_removes_it(inpu
         return build_scratch(*args)
 
     monkeypatch.setattr(gather_module, "_build_scratch", recording)
+    shared = tmp_path / "shared"
+    if setting:
+        shared.mkdir()
+        monkeypatch.setenv("CHUNKED_TENSOR_OPS_SCRATCH", str(shared))
     points = POINTS.copy()
     if bad:
         points[33, 1] = 8
@@ -596,7 +603,12 @@ def test_a_large_gather_writes_its_scratch_beside_the_output_and_removes_it(inpu
         code, _, err = main_in_process(capsys, "gather_nd", "--input", f"params={inputs / 'points.zarr'}",
                                        "--variable", "params=params", "--input", f"indices={tmp_path / 'idx.zarr'}",
                                        "--output", str(out), *QUICK)
-    assert len(used) == 1 and used[0].parent == tmp_path and used[0].name.startswith(".gathered.zarr.scratch-")
+    if setting:
+        assert len(used) == 1 and used[0].parent == shared and used[0].name.startswith("run-"), used
+        assert list(shared.iterdir()) == []
+        shared.rmdir()
+    else:
+        assert len(used) == 1 and used[0].parent == tmp_path and used[0].name.startswith(".gathered.zarr.scratch-")
     if bad:
         assert code == 2, err  # bad input, found while computing
         assert "indices[33, 1] = 8 is out of range for dimension 1 of size 8" in err
