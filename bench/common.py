@@ -183,8 +183,8 @@ def record_section(module: str, body: str, results: Path = RESULTS, history: Pat
         archive = history / f"RESULTS-{today:%Y-%m}.md"
         history.mkdir(exist_ok=True)
         if not archive.exists():
-            archive.write_text(f"> Earlier runs of the benchmarks, moved here from bench/RESULTS.md when a newer run "
-                               f"replaced them; the current numbers are in [bench/RESULTS.md](../RESULTS.md).\n")
+            archive.write_text("> Earlier runs of the benchmarks, moved here from bench/RESULTS.md when a newer run "
+                               "replaced them; the current numbers are in [bench/RESULTS.md](../RESULTS.md).\n")
         moved = old.replace(heading, f"{heading} (replaced on {today.isoformat()})", 1)
         with open(archive, "a") as f:
             f.write("\n" + moved)

@@ -245,36 +245,18 @@ class ProgressBar:
 
 
 def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
-    """Wait for ``future`` with a progress bar; a scheduler silent for ``patience`` s is lost."""
-    from service.jobs import progress
+    """Wait for ``future`` with a progress bar (``service.jobs.runner``, the loop the service's
+    jobs wait with too); a scheduler silent for ``patience`` s is lost."""
+    from service.jobs.runner import SchedulerSilent, wait_with_progress
 
-    job = uuid.uuid4().hex
     try:
-        bar.show(0, client.run_on_scheduler(progress.start, key=future.key, job_id=job, callback_timeout=bound))
-    except Exception:  # progress is a courtesy; the run goes on without it
-        # (a start that timed out here may still have begun tracking on the scheduler: the
-        # counts below then draw the bar, and the stop below removes the tracker)
-        pass
-    answered = time.monotonic()
-    try:
-        while not future.done():
-            try:  # also the scheduler's sign of life (None when it does not track the run)
-                counts = client.run_on_scheduler(progress.count, job_id=job, callback_timeout=bound)
-                answered = time.monotonic()
-                if counts:
-                    bar.show(counts[0] - counts[1], counts[0])
-            except Exception as error:  # a frozen scheduler keeps its connection open: only silence tells
-                if time.monotonic() - answered > patience and not future.done():
-                    raise RunError(CLUSTER, f"the Dask scheduler has not answered for {patience:.0f} s "
-                                            f"({type(error).__name__}: {error})") from None
-            time.sleep(0.1)
-        if future.status == "finished":
-            bar.finish()
-    finally:
-        try:
-            client.run_on_scheduler(progress.stop, job_id=job, callback_timeout=bound)
-        except Exception:
-            pass
+        wait_with_progress(client, future, tracker=uuid.uuid4().hex, bound=bound, patience=patience,
+                           on_start=lambda total: bar.show(0, total), on_progress=bar.show)
+    except SchedulerSilent as silent:  # a frozen scheduler keeps its connection open: only silence tells
+        raise RunError(CLUSTER, f"the Dask scheduler has not answered for {patience:.0f} s "
+                                f"({type(silent.error).__name__}: {silent.error})") from None
+    if future.status == "finished":
+        bar.finish()
     if future.status == "error":
         error = future.exception()
         if isinstance(error, (InvalidArgument, IndexError)):  # e.g. an index out of range (GatherNd)

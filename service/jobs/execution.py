@@ -30,7 +30,7 @@ from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
 from service.errors import INVALID_PARAMETER, JOB_FAILED, ServiceError, disk_full, insufficient_storage, too_large
-from service.jobs import progress
+from service.jobs.runner import SchedulerSilent, Stopped, wait_with_progress
 from service.jobs.cluster import Cluster, ClusterUnavailable
 from service.jobs.plan import JobPlan, plan_request
 from service.jobs.records import JobRecords, now
@@ -248,50 +248,34 @@ class Executor:
             remove_partial(built, self.store.discard)
 
     def _wait(self, job_id: str, client, future: Future):
-        """Wait for ``future``, recording progress from the scheduler; cancel on dismiss. Every
-        call to the scheduler is bounded; one that stops answering (frozen: its connections
-        stay open) fails the job after ``cluster.patience`` seconds of silence."""
+        """Wait for ``future``, recording progress from the scheduler (``service.jobs.runner``,
+        the loop ``chunked-tensor-ops run`` waits with too); cancel on dismiss. A scheduler
+        that stops answering (frozen: its connections stay open) fails the job after
+        ``cluster.patience`` seconds of silence."""
         control = self._running.get(job_id)
         dismissed = control.dismissed if control is not None else None
         bound = self.cluster.settings.scheduler_timeout
-        answered = time.monotonic()
+        recorded = [-1]
+
+        def record(done: int, total: int) -> None:
+            percent = min(99, int(100 * done / max(total, 1)))
+            if percent != recorded[0]:
+                try:
+                    self.records.update(job_id, progress=percent)
+                    recorded[0] = percent
+                except Exception as error:  # e.g. the disk is full: the job goes on
+                    log.warning("job %s: progress not recorded: %s", job_id, error)
+
         try:
             try:
-                client.run_on_scheduler(progress.start, key=future.key, job_id=job_id, callback_timeout=bound)
-                answered = time.monotonic()
-            except Exception as error:  # progress is a courtesy; the job goes on without it
-                # (a start that timed out here may still have begun tracking on a busy scheduler:
-                # the counts below then record progress, and the stop below removes the tracker)
-                log.warning("no progress for job %s yet: %s", job_id, error)
-            last = -1
-            finished = threading.Event()  # wakes the loop at once when the result is ready
-            future.add_done_callback(lambda _: finished.set())
-            while True:  # checked once more when done: a dismiss that raced the last task wins
-                if dismissed is not None and dismissed.is_set():
-                    client.cancel([future], force=True)
-                    raise Dismissed
-                if future.done():
-                    break
-                try:  # also the scheduler's sign of life (None when it does not track the job)
-                    counts = client.run_on_scheduler(progress.count, job_id=job_id, callback_timeout=bound)
-                    answered = time.monotonic()
-                except Exception as error:
-                    counts = None
-                    silent = time.monotonic() - answered
-                    if silent > self.cluster.patience and not future.done():
-                        raise ClusterUnavailable(
-                            f"the Dask scheduler has not answered for {silent:.0f} s ({type(error).__name__}: "
-                            f"{error}); the job was given up") from None
-                if counts:
-                    total, left = counts
-                    percent = min(99, int(100 * (total - left) / max(total, 1)))
-                    if percent != last:
-                        try:
-                            self.records.update(job_id, progress=percent)
-                            last = percent
-                        except Exception as error:  # e.g. the disk is full: the job goes on
-                            log.warning("job %s: progress not recorded: %s", job_id, error)
-                finished.wait(POLL_SECONDS)
+                wait_with_progress(
+                    client, future, tracker=job_id, bound=bound, patience=self.cluster.patience, on_progress=record,
+                    on_no_progress=lambda error: log.warning("no progress for job %s yet: %s", job_id, error),
+                    should_stop=dismissed.is_set if dismissed is not None else None, poll=POLL_SECONDS)
+            except Stopped:
+                raise Dismissed from None
+            except SchedulerSilent as silent:
+                raise ClusterUnavailable(f"{silent}; the job was given up") from None
             if future.status == "error":
                 error = future.exception()
                 if isinstance(error, (InvalidArgument, IndexError)):
@@ -309,10 +293,6 @@ class Executor:
         except (OSError, TimeoutError) as error:
             raise ClusterUnavailable(f"lost the Dask cluster: {error}") from None
         finally:
-            try:
-                client.run_on_scheduler(progress.stop, job_id=job_id, callback_timeout=bound)
-            except Exception:
-                pass
             given_up = future.status == "pending" and client.status == "running"  # an error here
             if future.status == "error" or given_up or (dismissed is not None and dismissed.is_set()):
                 # failed, dismissed or given up on: stop the job's other tasks before its output

@@ -7,11 +7,12 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import threading
 import weakref
 from pathlib import Path
 
 import zarr
+
+from service.storage.readers import Readers
 
 PROC_FD = Path("/proc/self/fd")
 
@@ -36,18 +37,19 @@ class Pins:
 
     def __init__(self):
         self.supported = PROC_FD.is_dir()
-        self._lock = threading.Lock()
-        self._readers: dict[tuple[int, int], int] = {}
-        self._doomed: dict[tuple[int, int], Path] = {}
+        self._readers: Readers[tuple[int, int], Path] = Readers(
+            lambda path: shutil.rmtree(path, ignore_errors=True), "remove-replaced-array", remove_at_shutdown=True)
 
     def pin(self, path: Path) -> Pin:
         """Hold the directory at ``path`` (FileNotFoundError if there is none). Opened under the
-        lock, so that ``dispose`` of a directory moved away after this open sees the count."""
-        with self._lock:
+        registry's lock, so that ``dispose`` of a directory moved away after this open sees
+        the count."""
+        def open_directory() -> tuple[tuple[int, int], int]:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             stat = os.fstat(fd)
-            key = (stat.st_dev, stat.st_ino)
-            self._readers[key] = self._readers.get(key, 0) + 1
+            return (stat.st_dev, stat.st_ino), fd
+
+        key, fd = self._readers.hold(open_directory)
         return Pin(self, key, fd)
 
     def release(self, key: tuple[int, int], fd: int) -> None:
@@ -56,15 +58,7 @@ class Pins:
             os.close(fd)
         except OSError:
             pass
-        with self._lock:
-            left = self._readers.get(key, 1) - 1
-            if left > 0:
-                self._readers[key] = left
-                return
-            self._readers.pop(key, None)
-            doomed = self._doomed.pop(key, None)
-        if doomed is not None:
-            remove_in_background(doomed)
+        self._readers.release(key)
 
     def dispose(self, path: Path) -> None:
         """Remove ``path`` (a replaced or deleted group, moved under tmp/) now, or when the last
@@ -73,26 +67,11 @@ class Pins:
             stat = os.stat(path)
         except OSError:
             return
-        with self._lock:
-            key = (stat.st_dev, stat.st_ino)
-            if key in self._readers:
-                self._doomed[key] = path
-                return
-        shutil.rmtree(path, ignore_errors=True)
+        self._readers.dispose((stat.st_dev, stat.st_ino), path)
 
     def waiting(self) -> list[Path]:
         """Replaced or deleted groups kept for their readers (for tests)."""
-        with self._lock:
-            return list(self._doomed.values())
-
-
-def remove_in_background(path: Path) -> None:
-    """Remove a directory off the calling thread (a pin may be released on the event loop)."""
-    try:
-        threading.Thread(target=shutil.rmtree, args=(path, True), name="remove-replaced-array",
-                         daemon=True).start()
-    except RuntimeError:  # interpreter shutdown: no new threads
-        shutil.rmtree(path, ignore_errors=True)
+        return self._readers.waiting()
 
 
 class PinnedStore(zarr.storage.LocalStore):

@@ -4,11 +4,12 @@ process hold (a pin), removed, once replaced or deleted, when the last one lets 
 from __future__ import annotations
 
 import itertools
-import threading
 import weakref
 from dataclasses import dataclass
 
 from zarr.storage import FsspecStore
+
+from service.storage.readers import Readers
 
 
 @dataclass
@@ -42,43 +43,23 @@ class VersionPins:
     waits for their last reader."""
 
     def __init__(self, remove):
-        self._remove = remove  # remove(version), blocking
-        self._lock = threading.Lock()
-        self._readers: dict[str, int] = {}
-        self._doomed: dict[str, Version] = {}
+        # remove(version) blocks on the store; at shutdown the next start-up sweep removes it.
+        self._readers: Readers[str, Version] = Readers(remove, "remove-replaced-version", remove_at_shutdown=False)
 
     def pin(self, version: Version) -> VersionPin:
-        with self._lock:
-            self._readers[version.id] = self._readers.get(version.id, 0) + 1
+        self._readers.hold(lambda: (version.id, None))
         return VersionPin(self, version)
 
     def release(self, version_id: str) -> None:
         """A pin's finalizer (any thread, maybe the event loop's): never raises or blocks."""
-        with self._lock:
-            left = self._readers.get(version_id, 1) - 1
-            if left > 0:
-                self._readers[version_id] = left
-                return
-            self._readers.pop(version_id, None)
-            doomed = self._doomed.pop(version_id, None)
-        if doomed is not None:
-            try:
-                threading.Thread(target=self._remove, args=(doomed,), name="remove-replaced-version",
-                                 daemon=True).start()
-            except RuntimeError:  # interpreter shutdown: the next start-up sweep removes it
-                pass
+        self._readers.release(version_id)
 
     def dispose(self, version: Version) -> None:
         """Remove a version no pointer names any more: now, or when its last reader lets go."""
-        with self._lock:
-            if version.id in self._readers:
-                self._doomed[version.id] = version
-                return
-        self._remove(version)
+        self._readers.dispose(version.id, version)
 
     def waiting(self) -> list[Version]:
-        with self._lock:
-            return list(self._doomed.values())
+        return self._readers.waiting()
 
 
 class PinnedFsspecStore(FsspecStore):

@@ -230,8 +230,8 @@ def test_repr_shows_layout_and_the_dims_found():
 # --- 5. errors in dim names -------------------------------------------------------------------
 
 
-def _errors():
-    arr = _image()
+def _errors(arr=None):
+    arr = _image() if arr is None else arr
     one = arr.isel(band=[0])
     where = lambda v: xr.DataArray([[0, v]], dims=("p", "k"), coords={"k": ["y", "x"]})  # noqa: E731
     return [
@@ -271,7 +271,7 @@ def test_errors_speak_in_dim_names(case):
 def test_errors_come_before_any_work():
     arr = _image("dask")
     with dask.config.set(scheduler=_explode):
-        for call, _ in _errors()[:9]:
+        for call, _ in _errors(arr)[:9]:
             with pytest.raises(InvalidArgument):
                 call()
 
