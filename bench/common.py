@@ -173,7 +173,8 @@ def record_section(module: str, body: str, results: Path = RESULTS, history: Pat
     """
     today = datetime.date.today()
     heading = f"## `python -m {module}`"
-    section = f"{heading}\n\nLatest run: {today.isoformat()}, code at {commit()}. {body.strip()}\n"
+    body = body.strip()
+    section = f"{heading}\n\nLatest run: {today.isoformat()}, code at {commit()}. {body[:1].upper()}{body[1:]}\n"
     text = results.read_text()
     match = re.search(rf"^{re.escape(heading)}[^\n]*\n.*?(?=^## |\Z)", text, flags=re.M | re.S)
     if match is None:
