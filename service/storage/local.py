@@ -50,6 +50,20 @@ from service.storage.scratch import configured_scratch
 from service.storage.upload import NpyUpload, import_zip
 
 
+
+def open_variable(source, variable: str, chunks=None) -> xr.DataArray:
+    """The stored ``variable`` of the group in Zarr store ``source``, lazily, as the operators
+    take it: raw values (no mask or scale), the group's attrs under the variable's own, no
+    encoding, raw-bit dtypes back to theirs. Every data root opens its arrays through this."""
+    ds = xr.open_zarr(source, zarr_format=3, consolidated=True, mask_and_scale=False,
+                      chunks={} if chunks is None else chunks)
+    arr = ds[variable]
+    arr.attrs.pop("_FillValue", None)
+    # The group's attrs (a Dataset's title, history, ...) under the variable's own.
+    arr.attrs = {**ds.attrs, **arr.attrs}
+    arr.encoding = {}
+    return from_stored(arr)
+
 class ArrayStore:
     """Arrays as Zarr v3 groups under one data root. Every method is blocking (run it in a
     thread from async code)."""
@@ -177,14 +191,7 @@ class ArrayStore:
             found = self.locate(name)
             source = zarr.storage.LocalStore(found.path, read_only=True)
         self._refuse_links(name, found.path)
-        ds = xr.open_zarr(source, zarr_format=3, consolidated=True, mask_and_scale=False,
-                          chunks={} if chunks is None else chunks)
-        arr = ds[found.variable]
-        arr.attrs.pop("_FillValue", None)
-        # The group's attrs (a Dataset's title, history, ...) under the variable's own.
-        arr.attrs = {**ds.attrs, **arr.attrs}
-        arr.encoding = {}
-        return from_stored(arr)
+        return open_variable(source, found.variable, chunks)
 
     def info(self, name: str) -> dict:
         """Shape, dtype, chunks, dims and attrs, from the consolidated metadata alone."""

@@ -39,10 +39,9 @@ from zarr.storage import FsspecStore
 from service.errors import PROJECT, ServiceError, conflict, no_such_array
 from service.settings import Settings
 from service.storage.fsspec_store import ObjectStore
-from service.storage.local import ArrayStore
+from service.storage.local import ArrayStore, open_variable
 from service.storage.metadata import Located, located
 from service.storage.names import KEY_PART, NAME, check_name
-from service.storage.raw_dtypes import from_stored
 from service.storage.s3_config import storage_options
 from service.storage.s3_pins import PinnedFsspecStore, Version, VersionPin, VersionPins
 from service.storage.scratch import configured_scratch, scratch_root
@@ -289,13 +288,7 @@ class ObjectArrayStore(ArrayStore):
         else:
             found = self.locate(name)
             source = self._zarr_store(found.path, read_only=True)
-        ds = xr.open_zarr(source, zarr_format=3, consolidated=True, mask_and_scale=False,
-                          chunks={} if chunks is None else chunks)
-        arr = ds[found.variable]
-        arr.attrs.pop("_FillValue", None)
-        arr.attrs = {**ds.attrs, **arr.attrs}
-        arr.encoding = {}
-        return from_stored(arr)
+        return open_variable(source, found.variable, chunks)
 
     info = _storage_failures_as_503(ArrayStore.info)
     read_small = _storage_failures_as_503(ArrayStore.read_small)
