@@ -19,3 +19,25 @@ class NotApplicable(InvalidArgument):
 
 class MissingDims(DimensionError, NotApplicable):
     """The array lacks a dim the operator needs."""
+
+
+class UnknownInput(InvalidArgument):
+    """A call names an input the operator does not have."""
+
+
+class MissingInput(InvalidArgument):
+    """A call lacks an input the operator needs.
+
+    Attributes
+    ----------
+    input : str
+        The missing input's name.
+    kind : {"array", "parameter"}
+        Whether it is an array input or a keyword parameter, so that a door can say how to
+        give it (``--input``, ``--param``, an ``href``...).
+    """
+
+    def __init__(self, message: str, input: str, kind: str):
+        super().__init__(message)
+        self.input = input
+        self.kind = kind

@@ -5,11 +5,13 @@ OGC process id), which function computes it, which ``schemas`` model holds its k
 parameters and which of its inputs are arrays. Adding an operator means adding it here;
 process descriptions and the OpenAPI document are generated from these entries.
 
-``apply`` runs an entry on NumPy/Dask arrays or on xarray DataArrays. A DataArray whose dims
-the ``.ops`` accessor recognises (or an explicit ``dims`` mapping) goes through the accessor,
-so dims are matched by name and coordinates and attrs are kept (the adapters of
-``ops.accessor.named_calls``); anything else runs the plain function positionally and the result
-gets the dim names of the operator's roles.
+Every door reaches an operator the same way: ``bind`` sorts a call's inputs (arrays,
+keyword parameters, ``dims``) and checks them once, giving a ``BoundCall``; the door resolves
+its own references (a stored array's name, a path) into arrays and ``run``s it. ``apply`` is
+the two in one, for arrays at hand. A DataArray whose dims the ``.ops`` accessor recognises
+(or an explicit ``dims`` mapping) goes through the accessor, so dims are matched by name and
+coordinates and attrs are kept (the adapters of ``ops.accessor.named_calls``); anything else
+runs the plain function positionally and the result gets the dim names of the operator's roles.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import xarray as xr
 from pydantic import BaseModel
 
 from ops.accessor.named_calls import NAMED_DIMS
 from ops.dequant import ascend_dequant
 from ops.depth_space import depth_to_space, space_to_depth
-from ops.dims import is_named
-from ops.errors import InvalidArgument
+from ops.dims import ROLES, is_named
+from ops.errors import InvalidArgument, MissingInput, UnknownInput
 from ops.gather_nd import gather_nd
 from ops.space_batch import batch_to_space_nd, space_to_batch, space_to_batch_nd
 from schemas import (
@@ -145,8 +148,134 @@ def _data(value):
     return value.data if isinstance(value, xr.DataArray) else value
 
 
+def _array_value(op: Operator, name: str, value):
+    """An array input as the operator takes it: a number for a scalar input (``deq_scale``),
+    nested lists as a NumPy array; arrays, DataArrays and a door's own references (a stored
+    array's name, a path) unchanged."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidArgument(f"{op.name}: input {name!r} must be an array, got {value!r}")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        if name in op.scalar_inputs:
+            return float(value)
+        raise InvalidArgument(f"{op.name}: input {name!r} must be an array, got the number {value!r}")
+    if isinstance(value, (list, tuple)):
+        try:
+            return np.asarray(value)
+        except ValueError as error:  # ragged nesting
+            raise InvalidArgument(f"{op.name}: input {name!r} must be a rectangular array: {error}") from None
+    return value
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """An operator call whose inputs have been sorted and checked (``bind``).
+
+    Attributes
+    ----------
+    op : Operator
+        The registry entry.
+    arrays : dict
+        Array inputs by name: NumPy or Dask arrays, DataArrays, numbers for scalar inputs, or
+        until the door resolves them (``with_arrays``), its references to stored data.
+    kwargs : dict
+        The keyword parameters as given (absent ones take the function's defaults).
+    dims : dict or None
+        Role -> dim name (``{"H": "row"}``), for operators that take dims by name.
+    """
+
+    op: Operator
+    arrays: dict
+    kwargs: dict
+    dims: dict | None = None
+
+    def with_arrays(self, arrays: Mapping[str, object]) -> BoundCall:
+        """The same call with (some of) its array inputs replaced, e.g. references resolved
+        to the opened arrays; the new values are normalised as ``bind`` does."""
+        resolved = {k: _array_value(self.op, k, v) for k, v in arrays.items()}
+        return BoundCall(self.op, {**self.arrays, **resolved}, self.kwargs, self.dims)
+
+    def run(self, *, scratch=None) -> xr.DataArray:
+        """The operator's result as a DataArray (lazy when the inputs are Dask).
+
+        DataArray inputs whose dims the ``.ops`` accessor recognises (or that come with
+        ``dims``) go through the accessor, so dims are matched by name and coordinates and
+        attrs are kept; anything else runs the plain function positionally and the result gets
+        the dim names of the operator's roles. ``scratch`` reaches only the operators that
+        take one (GatherNd's intermediate files).
+        """
+        op, kwargs = self.op, dict(self.kwargs)
+        if scratch is not None and op.takes_scratch:
+            kwargs["scratch"] = scratch
+        if op.accepts_dims:
+            named = NAMED_DIMS[op.name](self.arrays, dict(kwargs), self.dims)
+            if named is not None:
+                return named
+        result = op.function(*(_data(self.arrays[k]) for k in op.array_inputs), **kwargs)
+        first = self.arrays[op.array_inputs[0]]
+        if isinstance(first, xr.DataArray) and is_named(first) and first.ndim == result.ndim and op.name != "gather_nd":
+            out_dims = first.dims  # a rearrangement keeps the meaning of every axis
+        else:
+            out_dims = op.roles(kwargs, result.ndim)
+        attrs = dict(first.attrs) if isinstance(first, xr.DataArray) else {}
+        return xr.DataArray(result, dims=out_dims, attrs=attrs)
+
+
+def bind(name: str, inputs: Mapping[str, object]) -> BoundCall:
+    """Sort and check the inputs of a call to operator ``name``, before anything is read.
+
+    Every door (``apply``, the service's execution requests, the command line's flags) calls
+    this, so an unknown or missing input and a malformed ``dims`` are refused with the same
+    message whichever door the call came through. The values' rules are the operator's own:
+    ``BoundCall.run`` calls the operator, which checks them (with the shapes they depend on)
+    before any work is scheduled.
+
+    Parameters
+    ----------
+    name : str
+        A registry key (``depth_to_space``, ...).
+    inputs : mapping
+        Every input by name: the array inputs (arrays, DataArrays, numbers for scalar inputs,
+        nested lists, or a door's references to stored data), the keyword parameters, and
+        ``dims`` (role -> dim name) for the operators that take dims by name.
+
+    Returns
+    -------
+    BoundCall
+        The call, ready to ``run`` once its array inputs are arrays.
+
+    Raises
+    ------
+    UnknownInput
+        An input the operator does not have (``dims`` for one that takes no dims).
+    MissingInput
+        A required array input or parameter is absent.
+    InvalidArgument
+        ``dims`` is not a mapping of roles to dim names, or an array input is a bool, a
+        number where an array is needed, or ragged nested lists.
+    """
+    op = get(name)
+    unknown = [k for k in inputs if k not in op.inputs]
+    if unknown:
+        raise UnknownInput(f"{name} has no input {unknown[0]!r}; its inputs are {', '.join(op.inputs)}")
+    missing = [k for k in op.array_inputs if k not in inputs]
+    if missing:
+        raise MissingInput(f"{name} needs the array input {missing[0]!r}", missing[0], "array")
+    dims = inputs.get("dims")
+    if dims is not None and not (isinstance(dims, Mapping) and all(
+            k in ROLES and isinstance(v, str) for k, v in dims.items())):
+        raise InvalidArgument(f"dims must map roles ({', '.join(ROLES)}) to dim names, e.g. {{'H': 'row'}}; "
+                              f"got {dims!r}")
+    kwargs = {k: v for k, v in inputs.items() if k in op.keywords}
+    required = [k for k, f in op.params.model_fields.items() if f.is_required() and k not in kwargs]
+    if required:
+        raise MissingInput(f"{name} needs the parameter {required[0]!r}", required[0], "parameter")
+    arrays = {k: _array_value(op, k, inputs[k]) for k in op.array_inputs}
+    return BoundCall(op, arrays, kwargs, None if dims is None else dict(dims))
+
+
 def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object], dims=None, *, scratch=None):
-    """Run operator ``name`` and return its result as a DataArray (lazy when inputs are Dask).
+    """Run operator ``name`` and return its result as a DataArray (lazy when inputs are Dask):
+    ``bind(name, {**arrays, **kwargs, "dims": dims}).run(scratch=scratch)``.
 
     Parameters
     ----------
@@ -175,30 +304,9 @@ def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object],
     IndexError
         A concrete index out of range (GatherNd).
     """
-    op = get(name)
-    unknown = [k for k in kwargs if k not in op.keywords]
-    if unknown:
-        raise InvalidArgument(
-            f"{name} has no parameter {unknown[0]!r}; its parameters are {', '.join(op.keywords)}"
-        )
-    missing = [k for k in op.array_inputs if k not in arrays]
-    if missing:
-        raise InvalidArgument(f"{name} needs the array input {missing[0]!r}")
-    if dims is not None and (not isinstance(dims, Mapping) or not op.accepts_dims):
-        raise InvalidArgument(
-            f"dims must map roles to dim names, e.g. {{'H': 'y'}}, and {name} must take dims by name; got {dims!r}"
-        )
-    if scratch is not None and op.takes_scratch:
-        kwargs = {**kwargs, "scratch": scratch}
-    if op.accepts_dims:
-        named = NAMED_DIMS[name](arrays, dict(kwargs), dims)
-        if named is not None:
-            return named
-    result = op.function(*(_data(arrays[k]) for k in op.array_inputs), **kwargs)
-    first = arrays[op.array_inputs[0]]
-    if isinstance(first, xr.DataArray) and is_named(first) and first.ndim == result.ndim and name != "gather_nd":
-        out_dims = first.dims  # a rearrangement keeps the meaning of every axis
-    else:
-        out_dims = op.roles(dict(kwargs), result.ndim)
-    attrs = dict(first.attrs) if isinstance(first, xr.DataArray) else {}
-    return xr.DataArray(result, dims=out_dims, attrs=attrs)
+    misplaced = [k for k in kwargs if k in arrays or k == "dims"]
+    if misplaced:
+        raise InvalidArgument(f"{name}: {misplaced[0]!r} is given as a keyword parameter; pass it "
+                              f"{'as dims=' if misplaced[0] == 'dims' else 'among the arrays'}")
+    inputs = {**arrays, **kwargs, **({} if dims is None else {"dims": dims})}
+    return bind(name, inputs).run(scratch=scratch)

@@ -6,9 +6,9 @@ the OpenAPI document. Field names follow OGC API - Processes - Part 1: Core 1.0.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
 OGC_CONFORMANCE = "http://www.opengis.net/spec/ogcapi-processes-1/1.0/conf/"
 OGC_REL = "http://www.opengis.net/def/rel/ogc/1.0/"
@@ -118,6 +118,64 @@ class InlineValue(BaseModel):
     value: str
     encoding: Literal["base64"] = "base64"
     mediaType: Literal["application/x-npy"] = NPY_MEDIA_TYPE
+
+
+class InlineArray(InlineValue):
+    """An array input given inline; ``dtype`` names a dtype NPY has no code for (``bfloat16``)."""
+
+    dtype: str | None = None
+
+
+class ArrayReference(BaseModel):
+    """An array input by reference: ``{"href": "/arrays/NAME"}``, a stored array of this service."""
+
+    href: str
+    type: str | None = None  # a link's media type, which OGC clients may send along
+
+
+class QualifiedValue(BaseModel):
+    """A qualified input value, ``{"value": ..., "mediaType": "application/json"}``: a keyword
+    parameter, ``dims``, or a number for a scalar array input."""
+
+    value: Any
+    mediaType: Literal["application/json"] | None = None
+
+
+def _array_input_kind(value) -> str | None:
+    if isinstance(value, dict):
+        if "href" in value:
+            return "reference"
+        if "value" in value:
+            return "inline" if isinstance(value["value"], str) else "qualified"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "number"
+    return None
+
+
+ARRAY_INPUT_FORMS = (f'{{"href": "/arrays/NAME"}} or an inline NPY {{"value": base64, "encoding": "base64", '
+                     f'"mediaType": "{NPY_MEDIA_TYPE}"}}')
+
+# An array input of an execute request; which form it is follows from its keys, so a malformed
+# input is reported against the form it meant.
+ArrayInput = TypeAdapter(Annotated[
+    Annotated[ArrayReference, Tag("reference")]
+    | Annotated[InlineArray, Tag("inline")]
+    | Annotated[QualifiedValue, Tag("qualified")]
+    | Annotated[float, Tag("number")],
+    Discriminator(_array_input_kind, custom_error_type="array_input",
+                  custom_error_message=f"must be {ARRAY_INPUT_FORMS}"),
+])
+
+
+def _parameter_input_kind(value) -> str:
+    return "qualified" if isinstance(value, dict) and "value" in value else "literal"
+
+
+# A keyword parameter or ``dims`` of an execute request: the plain JSON value, or qualified.
+ParameterInput = TypeAdapter(Annotated[
+    Annotated[QualifiedValue, Tag("qualified")] | Annotated[Any, Tag("literal")],
+    Discriminator(_parameter_input_kind),
+])
 
 
 class ResultLink(BaseModel):

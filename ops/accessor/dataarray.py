@@ -51,12 +51,22 @@ class OpsAccessor:
             roles, problem = None, str(error)
         return conventions.describe(self._obj, "DataArray", roles, problem, ROLE_LABELS)
 
-    # The operators without the argument checks, for invert() and the registry's named calls.
-    def _depth(self, op: str, block_size, mode, dims) -> xr.DataArray:
-        return named_rearrange.depth(self._obj, op, block_size, mode, dims)
+    # For invert() and the registry's named calls, which resolve the dims' roles themselves
+    # (once per call) and pass them on.
+    def _depth_roles(self, op: str, dims) -> dict[str, str]:
+        return named_rearrange.depth_roles(self._obj, op, dims)
 
-    def _batch(self, op: str, block_shape, pairs, dims) -> xr.DataArray:
-        return named_rearrange.batch(self._obj, op, block_shape, pairs, dims)
+    def _depth(self, op: str, block_size, mode, roles) -> xr.DataArray:
+        return named_rearrange.depth(self._obj, op, block_size, mode, roles)
+
+    def _batch(self, op: str, block_shape, pairs, batch_dim: str) -> xr.DataArray:
+        return named_rearrange.batch(self._obj, op, block_shape, pairs, batch_dim)
+
+    def _square_roles(self, dims) -> dict[str, str]:
+        return named_rearrange.square_roles(self._obj, dims)
+
+    def _space_to_batch(self, block_size, paddings, roles) -> xr.DataArray:
+        return named_rearrange.square_space_to_batch_on(self._obj, block_size, paddings, roles, None)
 
     # --- DepthToSpace / SpaceToDepth ---------------------------------------------------------
 

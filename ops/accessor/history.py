@@ -43,7 +43,7 @@ def undo_last(accessor):
     operator, p = last["operator"], last["parameters"]
     if operator in ("depth_to_space", "space_to_depth"):
         inverse = "space_to_depth" if operator == "depth_to_space" else "depth_to_space"
-        out = accessor._depth(inverse, p["block_size"], p["mode"], p["dims"])
+        out = accessor._depth(inverse, p["block_size"], p["mode"], accessor._depth_roles(inverse, p["dims"]))
     elif operator in ("space_to_batch_nd", "batch_to_space_nd"):
         pairs = p.get("paddings", p.get("crops"))
         if operator == "space_to_batch_nd":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ops.dims import find_dims, is_named, layout_of
+from ops.dims import is_named, layout_of
 from ops.errors import InvalidArgument, MissingDims
 
 
@@ -22,7 +22,7 @@ def _depth_adapter(op: str):
         if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
             return None
         try:
-            roles = find_dims(x.dims, op, "HWC", "NV", dims)
+            roles = x.ops._depth_roles(op, dims)
         except MissingDims:
             if dims:
                 raise
@@ -34,7 +34,7 @@ def _depth_adapter(op: str):
                 f"data_format {asked!r} disagrees with the dims of x {tuple(x.dims)}, which say {found}; "
                 "omit data_format to go by the dim names, or pass dims"
             )
-        return x.ops._depth(op, kwargs["block_size"], kwargs.get("mode", "DCR"), dims)
+        return x.ops._depth(op, kwargs["block_size"], kwargs.get("mode", "DCR"), roles)
 
     return call
 
@@ -55,7 +55,7 @@ def _batch_nd_adapter(op: str, pairs_name: str):
         if rows is not None and (not isinstance(rows, list) or len(rows) != len(blocks)):
             return None
         pairs = None if rows is None else dict(zip(spatial, rows))
-        return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, {"N": batch})
+        return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, batch)
 
     return call
 
@@ -65,12 +65,12 @@ def _space_to_batch_adapter(arrays, kwargs, dims):
     if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
         return None
     try:
-        find_dims(x.dims, "space_to_batch", "NHW", "", dims)
+        roles = x.ops._square_roles(dims)
     except MissingDims:
         if dims:
             raise
         return None
-    return x.ops.space_to_batch(kwargs["block_size"], kwargs["paddings"], dims=dims)
+    return x.ops._space_to_batch(kwargs["block_size"], kwargs["paddings"], roles)
 
 
 def _gather_adapter(arrays, kwargs, dims):

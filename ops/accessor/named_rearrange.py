@@ -27,10 +27,15 @@ _TEMPORARY_BATCH = "__ops_batch__"
 # DepthToSpace / SpaceToDepth
 
 
-def depth(arr: xr.DataArray, op: str, block_size, mode, dims) -> xr.DataArray:
-    """``op`` (depth_to_space or space_to_depth) on the H, W, C (and N, V) dims of ``arr``."""
+def depth_roles(arr: xr.DataArray, op: str, dims) -> dict[str, str]:
+    """The H, W, C (and N, V) dims of ``arr`` for ``op``; no other dims allowed."""
     roles = find_dims(arr.dims, op, "HWC", "NV", dims)
     no_other_dims(arr, roles, op)
+    return roles
+
+
+def depth(arr: xr.DataArray, op: str, block_size, mode, roles: Mapping[str, str]) -> xr.DataArray:
+    """``op`` (depth_to_space or space_to_depth) on the dims ``roles`` (``depth_roles``) names."""
     work, order = arr, arr.dims
     if "N" not in roles:  # a single image: a batch of one, for the operator's sake
         work = work.expand_dims(_TEMPORARY_BATCH)
@@ -53,11 +58,10 @@ def depth(arr: xr.DataArray, op: str, block_size, mode, dims) -> xr.DataArray:
 def checked_depth(arr: xr.DataArray, op: str, block_size, mode, dims, keep_attrs) -> xr.DataArray:
     """``depth`` after checking block_size and the dim sizes in dim names."""
     size = conventions.block_size(op, block_size)
-    roles = find_dims(arr.dims, op, "HWC", "NV", dims)
-    no_other_dims(arr, roles, op)
+    roles = depth_roles(arr, op, dims)
     conventions.check_depth(op, arr, roles, size)
     try:
-        out = depth(arr, op, size, mode, dims)
+        out = depth(arr, op, size, mode, roles)
     except DimensionError:
         raise
     except InvalidArgument as error:  # a rule checked only below (the NCHW_VECT_C lane): in dim names
@@ -71,14 +75,15 @@ def checked_depth(arr: xr.DataArray, op: str, block_size, mode, dims, keep_attrs
 # SpaceToBatch(ND) / BatchToSpaceND
 
 
-def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | None, dims) -> xr.DataArray:
-    """``op`` (space_to_batch_nd or batch_to_space_nd) with the spatial dims ``block_shape`` names."""
+def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | None, batch_dim: str) -> xr.DataArray:
+    """``op`` (space_to_batch_nd or batch_to_space_nd) with the spatial dims ``block_shape`` names
+    and the batch dim ``batch_dim``."""
     if not isinstance(block_shape, Mapping):
         raise InvalidArgument(
             f"block_shape must map spatial dim names to block sizes, e.g. {{'y': 2, 'x': 2}}, "
             f"got {block_shape!r}"
         )
-    roles = find_dims(arr.dims, op, "N", "", dims)
+    roles = {"N": batch_dim}
     spatial = list(block_shape)
     pairs = dict(pairs or {})
     for name in [*spatial, *pairs]:
@@ -102,10 +107,14 @@ def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | Non
     return out.transpose(*arr.dims)
 
 
-def checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, dims, keep_attrs,
-                  method: str | None = None) -> xr.DataArray:
+def checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, dims, keep_attrs) -> xr.DataArray:
     """``batch`` after checking block sizes, paddings/crops and divisibility in dim names."""
-    method = method or op
+    batch_dim = find_dims(arr.dims, op, "N", "", dims)["N"]
+    return _checked_batch(arr, op, block_shape, pairs, batch_dim, keep_attrs, op)
+
+
+def _checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, batch_dim: str, keep_attrs,
+                   method: str) -> xr.DataArray:
     key = "paddings" if op == "space_to_batch_nd" else "crops"
     if not block_shape:
         raise InvalidArgument(
@@ -119,14 +128,13 @@ def checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, dims, keep_att
             f"got {pairs!r}"
         )
     rows = conventions.pairs(method, key, pairs or {})
-    batch_dim = find_dims(arr.dims, op, "N", "", dims)["N"]
     known = {d: b for d, b in blocks.items() if d in arr.dims and d != batch_dim}  # batch() names the rest
     if op == "space_to_batch_nd":
         conventions.check_space_to_batch(arr, known, rows)
     else:
         conventions.check_batch_to_space(arr, batch_dim, known, rows)
     try:
-        out = batch(arr, op, blocks, rows, dims)
+        out = batch(arr, op, blocks, rows, batch_dim)
     except DimensionError:
         raise
     except InvalidArgument as error:  # a rule checked only below: say it in dim names too
@@ -137,19 +145,29 @@ def checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, dims, keep_att
 def square_space_to_batch(arr: xr.DataArray, block_size, paddings, dims, keep_attrs) -> xr.DataArray:
     """SpaceToBatch: ``checked_batch`` with one block size for the H and W dims, paddings as
     ``[[top, bottom], [left, right]]``."""
-    roles = find_dims(arr.dims, "space_to_batch", "NHW", "", dims)
+    return square_space_to_batch_on(arr, block_size, paddings, square_roles(arr, dims), keep_attrs)
+
+
+def square_roles(arr: xr.DataArray, dims) -> dict[str, str]:
+    """The N, H and W dims of ``arr`` for SpaceToBatch."""
+    return find_dims(arr.dims, "space_to_batch", "NHW", "", dims)
+
+
+def square_space_to_batch_on(arr: xr.DataArray, block_size, paddings, roles: Mapping[str, str],
+                             keep_attrs) -> xr.DataArray:
+    """``square_space_to_batch`` on the N, H and W dims ``roles`` (``square_roles``) names."""
     flat = np.asarray(paddings, dtype=object).reshape(-1) if np.size(paddings) == 4 else None
     if flat is None:
         raise InvalidArgument(
             f"space_to_batch: paddings must have 4 elements [[top, bottom], [left, right]], got {paddings!r}"
         )
     size = conventions.block_size("space_to_batch", block_size, minimum=1)
-    return checked_batch(
+    return _checked_batch(
         arr,
         "space_to_batch_nd",
         {roles["H"]: size, roles["W"]: size},
         {roles["H"]: tuple(flat[:2]), roles["W"]: tuple(flat[2:])},
-        {"N": roles["N"]},
+        roles["N"],
         keep_attrs,
         method="space_to_batch",
     )
