@@ -13,13 +13,13 @@ from service.jobs.cluster import Cluster
 from service.jobs.execution import Executor
 from service.jobs.records import JobRecords
 from service.settings import Settings
-from service.storage.local import ArrayStore
+from service.storage.protocol import ArrayStorage
 
 
 @dataclass
 class Services:
     settings: Settings
-    store: ArrayStore
+    store: ArrayStorage
     records: JobRecords
     cluster: Cluster
     executor: Executor

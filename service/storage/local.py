@@ -15,8 +15,9 @@ process hold the version they started on (``ArrayStore.open(pinned=True)``,
 ``service.storage.pins``) until they finish.
 
 A data root in an object store (``s3://bucket/prefix``) is ``service.storage.s3.ObjectArrayStore``:
-the same groups and the same interface, with versions and pointer objects instead of
-directories and renames (docs/storage.md). What both share: an array is built at a *location*
+the same groups and the same interface (``service.storage.protocol.ArrayStorage``), with
+versions and pointer objects instead of directories and renames (docs/storage.md). What the
+two share is ``service.storage.base.StoreBase``: an array is built at a *location*
 (``new_version``), written through ``zarr_target``, made visible by ``publish`` and, if it
 never was, removed by ``discard``.
 """
@@ -24,59 +25,69 @@ never was, removed by ``discard``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
-import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-import dask.array as da
-import numpy as np
 import xarray as xr
 import zarr
 
-import ops
-from service.errors import bad_request, conflict, no_such_array, too_large
-from service.storage import npy
-from service.storage.chunk_order import c_order_regions
+from service.errors import bad_request, no_such_array
+from service.storage.base import KeyPieces, StoreBase, key_parts, open_variable
 from service.storage.metadata import Located, located
-from service.storage.names import KEY_PART, NAME, check_name
+from service.storage.names import NAME, check_name
 from service.storage.pins import PinnedStore, Pins
 from service.storage.publish import publish_group
-from service.storage.raw_dtypes import DTYPE_ATTR, from_stored, to_stored
-from service.storage.scratch import configured_scratch
-from service.storage.upload import NpyUpload, import_zip
 
 
+@dataclass
+class LocalKey(KeyPieces):
+    """A Zarr key of a local array: its file (``service.storage.protocol.StoredKey``).
 
-def open_variable(source, variable: str, chunks=None) -> xr.DataArray:
-    """The stored ``variable`` of the group in Zarr store ``source``, lazily, as the operators
-    take it: raw values (no mask or scale), the group's attrs under the variable's own, no
-    encoding, raw-bit dtypes back to theirs. Every data root opens its arrays through this."""
-    ds = xr.open_zarr(source, zarr_format=3, consolidated=True, mask_and_scale=False,
-                      chunks={} if chunks is None else chunks)
-    arr = ds[variable]
-    arr.attrs.pop("_FillValue", None)
-    # The group's attrs (a Dataset's title, history, ...) under the variable's own.
-    arr.attrs = {**ds.attrs, **arr.attrs}
-    arr.encoding = {}
-    return from_stored(arr)
+    Attributes
+    ----------
+    local_path : Path
+        The key's file, which the HTTP route serves as it is.
+    size : int
+        Its length in bytes.
+    """
 
-class ArrayStore:
-    """Arrays as Zarr v3 groups under one data root. Every method is blocking (run it in a
-    thread from async code)."""
+    local_path: Path
+    size: int
+
+    @property
+    def name(self) -> str:
+        return self.local_path.name
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` (exclusive) of the file."""
+        with open(self.local_path, "rb") as file:
+            file.seek(start)
+            return file.read(max(0, end - start))
+
+
+class ArrayStore(StoreBase):
+    """Arrays as Zarr v3 groups under one local data root (``service.storage.protocol.ArrayStorage``).
+    Every method is blocking (run it in a thread from async code).
+
+    Parameters
+    ----------
+    root : Path
+        The data root: ``arrays/`` holds the arrays, ``tmp/`` what is being built, and the
+        job records live in the root itself.
+    chunk_bytes : int
+        The size aimed at for one stored chunk and one piece of an NPY download.
+    max_upload_bytes : int
+        The largest array an upload or a job may store.
+    """
 
     def __init__(self, root: Path, *, chunk_bytes: int, max_upload_bytes: int):
-        self.root = Path(root).resolve()
-        self.state_dir = self.root  # job records live in the data root itself
+        root = Path(root).resolve()
+        super().__init__(root, root, chunk_bytes=chunk_bytes, max_upload_bytes=max_upload_bytes)
         self.arrays = self.root / "arrays"
-        self.tmp = self.root / "tmp"
-        self.chunk_bytes = chunk_bytes
-        self.max_upload_bytes = max_upload_bytes
         self.arrays.mkdir(parents=True, exist_ok=True)
-        self.tmp.mkdir(parents=True, exist_ok=True)
         self._pins = Pins()
 
     # --- names and paths ------------------------------------------------------------------
@@ -116,31 +127,9 @@ class ArrayStore:
             raise no_such_array(name)
         return located(name, path, json.loads((path / "zarr.json").read_text()))
 
-    def temp_dir(self, prefix: str) -> Path:
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp))
-
-    # Where things are built. A store on another medium (service.storage.s3) overrides these:
-    # a new array is built at a *location* (here a directory under tmp/), written through
-    # ``zarr_target`` and made visible by ``publish``; ``discard`` removes an unpublished one.
-
-    def spool_dir(self, prefix: str) -> Path:
-        """A new local scratch directory (an upload's spool, an unzipped archive)."""
-        return self.temp_dir(prefix)
-
     def new_version(self, prefix: str) -> Path:
         """A new, empty location to build one array in, for ``publish``."""
         return self.temp_dir(prefix)
-
-    # (url, fsspec options) of the ``scratch`` setting, or None: scratch under the data root.
-    scratch_root: tuple[str, dict] | None = None
-
-    def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
-        """A new scratch location for one job's intermediate files (``ops.scratch``: GatherNd's
-        all-to-all), which the workers reach as they reach the arrays, and its removal."""
-        if self.scratch_root is not None:
-            return configured_scratch(*self.scratch_root, prefix)
-        path = self.temp_dir(prefix)
-        return {"url": str(path), "storage_options": {}}, lambda: shutil.rmtree(path, ignore_errors=True)
 
     def zarr_target(self, location: Path, sub: str = ""):
         """What Zarr / xarray write to for ``location`` (joined with ``sub``)."""
@@ -149,16 +138,6 @@ class ArrayStore:
     def discard(self, location: Path) -> None:
         """Remove a location that was not published (a no-op once it was)."""
         shutil.rmtree(location, ignore_errors=True)
-
-    def storage_error(self, error: BaseException):
-        """The ServiceError for a failure of the storage itself seen by a worker, or None
-        (a local data root: a full disk is ``errors.disk_full``; anything else is a failure)."""
-        return None
-
-    def sweep(self) -> None:
-        """Remove everything under tmp/ (work of a service that stopped)."""
-        for entry in self.tmp.iterdir():
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -193,72 +172,23 @@ class ArrayStore:
         self._refuse_links(name, found.path)
         return open_variable(source, found.variable, chunks)
 
-    def info(self, name: str) -> dict:
-        """Shape, dtype, chunks, dims and attrs, from the consolidated metadata alone."""
-        found = self.locate(name)
-        meta = found.meta
-        attrs = {**found.group_attrs, **meta.get("attributes", {})}
-        dtype = attrs.pop(DTYPE_ATTR, None) or meta["data_type"]
-        if dtype == "int8" and attrs.get("dtype") == "bool":  # how xarray before 2026.9 stores bool
-            dtype = attrs.pop("dtype")
-        for internal in ("_FillValue", "coordinates"):  # xarray's encoding, not the user's attrs
-            attrs.pop(internal, None)
-        return {
-            "name": name,
-            "shape": list(meta["shape"]),
-            "dtype": dtype,
-            "chunks": list(meta["chunk_grid"]["configuration"]["chunk_shape"]),
-            "dims": [str(d) for d in meta.get("dimension_names") or ()],
-            "attrs": attrs,
-        }
-
-    def read_small(self, name: str, limit: int) -> np.ndarray:
-        """The whole array in memory, if it is at most ``limit`` bytes (413 otherwise)."""
-        arr = self.open(name, pinned=True)
-        nbytes = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize
-        if nbytes > limit:
-            raise too_large(f"the result is {nbytes} bytes, over the {limit}-byte inline limit; "
-                            f"download it from /arrays/{name}")
-        return np.asarray(arr.values)
-
     def names(self) -> list[str]:
         return sorted(p.name for p in self.arrays.iterdir()
                       if NAME.fullmatch(p.name) and not p.name.startswith(".") and (p / "zarr.json").is_file())
 
-    def open_key(self, name: str, key: str) -> Path | None:
-        """Zarr key ``key`` of array ``name`` for the HTTP route: here its file (None: no such key)."""
-        return self.key_path(name, key)
-
-    def key_path(self, name: str, key: str) -> Path | None:
-        """The file of Zarr key ``key`` inside array ``name``, or None when there is none."""
+    def open_key(self, name: str, key: str) -> LocalKey | None:
+        """Zarr key ``key`` of array ``name`` for the HTTP route: its file, or None when
+        there is none (or the key would lead outside the array)."""
         found = self.path(name)
         if not (found / "zarr.json").is_file():
             raise no_such_array(name)
-        parts = key.split("/")
-        if not key or not all(KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        parts = key_parts(key)
+        if parts is None:
             return None
         path = found.joinpath(*parts)
         if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(found.resolve()):
             return None
-        return path
-
-    def iter_npy(self, name: str, piece_bytes: int | None = None) -> tuple[np.dtype, int, Iterator[bytes]]:
-        """(dtype, byte length, the NPY bytes in pieces): C order, produced slab by slab, never
-        whole in memory."""
-        arr = self.open(name, pinned=True)
-        dtype = np.dtype(arr.dtype)
-        wire, _ = npy.wire_dtype(dtype)
-        data = da.asarray(arr.data)  # a 0-d variable opens as NumPy
-        target = piece_bytes or self.chunk_bytes
-        header = npy.header_bytes(dtype, arr.shape)
-
-        def pieces():
-            yield header
-            for region in c_order_regions(arr.shape, data.chunksize, dtype.itemsize, target):
-                block = np.asarray(data[region].compute(scheduler="threads"))
-                yield np.ascontiguousarray(block).view(wire).tobytes()
-
-        return dtype, len(header) + math.prod(arr.shape) * dtype.itemsize, pieces()
+        return LocalKey(path, path.stat().st_size)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -289,31 +219,3 @@ class ArrayStore:
         except FileNotFoundError:
             raise no_such_array(name) from None
         self._pins.dispose(trash)
-
-    def write_skeleton(self, path: Path, arr: xr.DataArray, chunks: tuple[int, ...], variable: str,
-                       group_attrs: dict | None = None):
-        """Write the group's metadata (and coordinates) for ``arr``; data chunks come later.
-
-        Returns the Dask store graph (a Delayed) that fills the data variable from ``arr``.
-        """
-        stored = to_stored(arr)
-        ds = stored.to_dataset(name=variable)
-        ds.attrs = dict(group_attrs or {})
-        # A zero-length axis has Dask blocks of length 0, and a Zarr chunk is at least 1 long
-        # (zarr 3.2 and newer refuse 0).
-        encoding = {variable: {"chunks": tuple(max(1, c) for c in chunks)}} if stored.ndim else {}
-        with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
-            return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
-                              encoding=encoding)
-
-    def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
-                   overwrite: bool) -> NpyUpload:
-        check_name(name)
-        if self.exists(name) and not overwrite:
-            raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
-        return NpyUpload(self, name, dims, chunks, declared_dtype, overwrite)
-
-    def zip_upload(self, name: str, archive: Path, *, variable: str | None, dims: str | None,
-                   chunks: str | None, overwrite: bool) -> dict:
-        """Import a zipped Zarr v3 store (e.g. from ``xarray.Dataset.to_zarr``) as array ``name``."""
-        return import_zip(self, name, archive, variable=variable, dims=dims, chunks=chunks, overwrite=overwrite)

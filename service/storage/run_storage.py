@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import dask
 from zarr.storage import FsspecStore
@@ -103,8 +104,54 @@ class HeldRootStore(ObjectStore):
         return self.held[ROOT_METADATA].to_bytes()
 
 
+@runtime_checkable
+class RunOutput(Protocol):
+    """Where one ``chunked-tensor-ops run`` writes its output: built out of sight, then
+    published whole (``LocalOutput``: a directory; ``ObjectOutput``: an fsspec URL).
+    ``str(output)`` names it as the command line gave it."""
+
+    def exists(self) -> bool:
+        """Whether something is stored under the output's name already."""
+        ...
+
+    def is_input(self, text: str, settings) -> bool:
+        """Whether the input named ``text`` is the output itself."""
+        ...
+
+    def parent_missing(self) -> str | None:
+        """Why the output cannot be written there, or None."""
+        ...
+
+    def scratch(self, workers_local: bool = False) -> tuple[str, dict]:
+        """A new location for GatherNd's intermediate files: ``(url, storage options)``."""
+        ...
+
+    def remove_scratch(self, url: str) -> bool:
+        """Remove the scratch at ``url``; whether there was one."""
+        ...
+
+    def target(self) -> Any:
+        """What ``to_zarr`` writes to (a path or a Zarr store)."""
+        ...
+
+    def publish(self, overwrite: bool) -> None:
+        """Let the finished output appear whole (``FileExistsError`` when the name is taken
+        and not ``overwrite``)."""
+        ...
+
+    def discard(self) -> bool:
+        """Remove what an unfinished run wrote; whether there was anything."""
+        ...
+
+
 class LocalOutput:
-    """An output directory: built as a hidden sibling, renamed into place."""
+    """An output directory (a ``RunOutput``): built as a hidden sibling, renamed into place.
+
+    Parameters
+    ----------
+    text : str
+        The output's path as the command line gave it.
+    """
 
     def __init__(self, text: str):
         self.path = Path(text).absolute()
@@ -174,7 +221,16 @@ def _remove_local_scratch(path: str) -> bool:
 
 
 class ObjectOutput:
-    """An output prefix in an object store (or any fsspec file system without rename)."""
+    """An output prefix in an object store, or any fsspec file system without rename (a
+    ``RunOutput``).
+
+    Parameters
+    ----------
+    url : str
+        The output's URL (``s3://bucket/prefix/out.zarr``).
+    settings : Settings
+        Where its storage options come from (``storage_options``).
+    """
 
     def __init__(self, url: str, settings):
         self.text = url.rstrip("/")
@@ -277,7 +333,7 @@ def _remove(fs, path: str) -> None:
         pass
 
 
-def output_for(text: str, settings) -> LocalOutput | ObjectOutput:
+def output_for(text: str, settings) -> RunOutput:
     """The output named on the command line."""
     return ObjectOutput(text, settings) if is_url(text) else LocalOutput(text)
 

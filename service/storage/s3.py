@@ -27,7 +27,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import wraps
@@ -38,10 +38,12 @@ from zarr.storage import FsspecStore
 
 from service.errors import PROJECT, ServiceError, conflict, no_such_array
 from service.settings import Settings
+from service.storage.base import KeyPieces, StoreBase, key_parts, open_variable
 from service.storage.fsspec_store import ObjectStore
-from service.storage.local import ArrayStore, open_variable
+from service.storage.local import ArrayStore
 from service.storage.metadata import Located, located
-from service.storage.names import KEY_PART, NAME, check_name
+from service.storage.names import NAME, check_name
+from service.storage.protocol import ArrayStorage
 from service.storage.s3_config import storage_options
 from service.storage.s3_pins import PinnedFsspecStore, Version, VersionPin, VersionPins
 from service.storage.scratch import configured_scratch, scratch_root
@@ -50,9 +52,6 @@ from service.storage.upload import NpyUpload
 log = logging.getLogger(__name__)
 
 STORAGE_UNAVAILABLE = PROJECT + "storage-unavailable"
-# Chunk keys up to this size are read whole before the HTTP response starts (so a storage
-# failure is a clean 503); larger ones are streamed in pieces of this size.
-KEY_PIECE_BYTES = 8 * 2**20
 _URL = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
 
 
@@ -60,7 +59,7 @@ class StorageUnavailable(RuntimeError):
     """The data root cannot be used (raised at start-up; requests get a 503 instead)."""
 
 
-def open_store(settings: Settings) -> ArrayStore:
+def open_store(settings: Settings) -> ArrayStorage:
     """The array store of ``settings.data_root``: a local directory or an ``s3://`` URL."""
     if not settings.remote:
         store = ArrayStore(settings.data_root, chunk_bytes=settings.chunk_bytes,
@@ -82,8 +81,21 @@ def _now() -> str:
 
 
 @dataclass
-class RemoteKey:
-    """A Zarr key of a published version, pinned while it is served."""
+class RemoteKey(KeyPieces):
+    """A Zarr key of a published version, pinned while it is served
+    (``service.storage.protocol.StoredKey``).
+
+    Attributes
+    ----------
+    store : ObjectArrayStore
+        The store it is read through.
+    path : str
+        The key's object, as s3fs names it.
+    size : int
+        Its length in bytes.
+    pin : VersionPin
+        The hold on its version, released when the key is gone.
+    """
 
     store: ObjectArrayStore
     path: str
@@ -94,14 +106,15 @@ class RemoteKey:
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
 
+    @property
+    def local_path(self) -> None:
+        """None: the bytes are in the object store, read through ``read``."""
+        return None
+
     def read(self, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` (exclusive); a 503 when the store fails."""
         with self.store.guard():
             return self.store.fs.cat_file(self.path, start=start, end=end) if end > start else b""
-
-    def pieces(self, start: int, end: int) -> Iterator[bytes]:
-        for first in range(start, end, KEY_PIECE_BYTES):
-            yield self.read(first, min(end, first + KEY_PIECE_BYTES))
 
 
 def _storage_failures_as_503(method):
@@ -113,10 +126,48 @@ def _storage_failures_as_503(method):
     return wrapper
 
 
-class ObjectArrayStore(ArrayStore):
-    """``ArrayStore`` on an object store URL (``s3://bucket/prefix``): the same arrays, Zarr
-    groups and HTTP keys; versions and pointers instead of directories and renames. Every
-    method is blocking."""
+class _GuardedNpyUpload(NpyUpload):
+    """An NPY upload into an object store: storage failures are 503s."""
+
+    def flush(self) -> None:
+        with self.store.guard():
+            super().flush()
+
+    def finish(self) -> dict:
+        with self.store.guard():
+            return super().finish()
+
+
+class ObjectArrayStore(StoreBase):
+    """Arrays in an object store (``service.storage.protocol.ArrayStorage``): the same arrays,
+    Zarr groups and HTTP keys as ``service.storage.local.ArrayStore``; versions and pointers
+    instead of directories and renames. Every method is blocking.
+
+    Parameters
+    ----------
+    url : str
+        The data root, ``s3://BUCKET[/PREFIX]``.
+    options : dict
+        s3fs's options (endpoint, credentials), also carried by the workers' graphs.
+    state_dir : Path
+        The local directory of the job records; its ``tmp/`` holds upload spools.
+    chunk_bytes : int
+        The size aimed at for one stored chunk and one piece of an NPY download.
+    max_upload_bytes : int
+        The largest array an upload or a job may store.
+    create_bucket : bool
+        Create the bucket when it does not exist (else the store refuses to start).
+
+    Attributes
+    ----------
+    scratch_on_local_disk : bool
+        The workers are processes on this machine (the embedded cluster): a job's
+        intermediate files go to a directory under the state dir's ``tmp/``, not through
+        the bucket.
+    """
+
+    scratch_on_local_disk: bool = False
+    upload_class = _GuardedNpyUpload
 
     def __init__(self, url: str, *, options: dict, state_dir: Path, chunk_bytes: int, max_upload_bytes: int,
                  create_bucket: bool = False):
@@ -128,9 +179,8 @@ class ObjectArrayStore(ArrayStore):
         self.bucket = match.group(1)
         prefix = (match.group(2) or "").strip("/")
         self.base = f"{self.bucket}/{prefix}" if prefix else self.bucket
-        self.root = self.url = f"s3://{self.base}"
-        self.chunk_bytes = chunk_bytes
-        self.max_upload_bytes = max_upload_bytes
+        self.url = f"s3://{self.base}"
+        super().__init__(self.url, state_dir, chunk_bytes=chunk_bytes, max_upload_bytes=max_upload_bytes)
         self.options = options
         # Scrubbed from every message (a value too short to be a real credential would only
         # mangle the text around it).
@@ -138,9 +188,6 @@ class ObjectArrayStore(ArrayStore):
                          if k in ("key", "secret", "token") and isinstance(v, str) and len(v) >= 6]
         # The API process's own client: no listing cache (another request may just have written).
         self.fs = s3fs.S3FileSystem(**options, use_listings_cache=False, skip_instance_cache=True)
-        self.state_dir = Path(state_dir).resolve()
-        self.tmp = self.state_dir / "tmp"  # local upload spools only
-        self.tmp.mkdir(parents=True, exist_ok=True)
         self._pins = VersionPins(self._remove_version)
         self._check_bucket(create_bucket)
 
@@ -276,10 +323,10 @@ class ObjectArrayStore(ArrayStore):
 
     @_storage_failures_as_503
     def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:
-        """The stored array, lazily (see ``ArrayStore.open``). The graph reads the version
-        current at this call straight from the object store; workers open it with the storage
-        options the graph carries. ``pinned=True`` also keeps that version from removal by an
-        overwrite or a delete until the DataArray and its graph are gone."""
+        """The stored array, lazily (see ``service.storage.local.ArrayStore.open``). The graph
+        reads the version current at this call straight from the object store; workers open it
+        with the storage options the graph carries. ``pinned=True`` also keeps that version from
+        removal by an overwrite or a delete until the DataArray and its graph are gone."""
         if pinned:
             pin = self._pinned_current(name)
             found = self.locate(name, pin.version)
@@ -290,8 +337,8 @@ class ObjectArrayStore(ArrayStore):
             source = self._zarr_store(found.path, read_only=True)
         return open_variable(source, found.variable, chunks)
 
-    info = _storage_failures_as_503(ArrayStore.info)
-    read_small = _storage_failures_as_503(ArrayStore.read_small)
+    info = _storage_failures_as_503(StoreBase.info)
+    read_small = _storage_failures_as_503(StoreBase.read_small)
 
     @_storage_failures_as_503
     def iter_npy(self, name: str, piece_bytes: int | None = None):
@@ -307,8 +354,7 @@ class ObjectArrayStore(ArrayStore):
         """Zarr key ``key`` of the current version of ``name`` (None: no such key); only keys
         made of ``[A-Za-z0-9_.-]`` parts, so never one outside the array's version."""
         pin = self._pinned_current(name)
-        parts = key.split("/")
-        if not key or not all(KEY_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+        if key_parts(key) is None:
             return None
         path = f"{pin.version.path}/{key}"
         try:
@@ -319,18 +365,11 @@ class ObjectArrayStore(ArrayStore):
             return None
         return RemoteKey(self, path, int(info["size"]), pin)
 
-    def key_path(self, name: str, key: str):
-        raise NotImplementedError("an object store has no key files; use open_key")
-
     # --- writing --------------------------------------------------------------------------
 
     def new_version(self, prefix: str) -> Version:
         """A fresh version prefix (nothing is written until Zarr writes into it)."""
         return self._version(f"{prefix}{uuid.uuid4().hex}")
-
-    #: The workers are processes on this machine (the embedded cluster): a job's intermediate
-    #: files go to a directory under the state dir's tmp/, not through the bucket.
-    scratch_on_local_disk: bool = False
 
     def scratch(self, prefix: str) -> tuple[dict, Callable[[], None]]:
         """A fresh location for one job's intermediate files (``ops.scratch``) and its removal:
@@ -352,8 +391,9 @@ class ObjectArrayStore(ArrayStore):
         if not location.published:
             self._remove_version(location)
 
-    write_skeleton = _storage_failures_as_503(ArrayStore.write_skeleton)
-    zip_upload = _storage_failures_as_503(ArrayStore.zip_upload)
+    write_skeleton = _storage_failures_as_503(StoreBase.write_skeleton)
+    npy_upload = _storage_failures_as_503(StoreBase.npy_upload)
+    zip_upload = _storage_failures_as_503(StoreBase.zip_upload)
 
     @_storage_failures_as_503
     def publish(self, built: Version, name: str, overwrite: bool) -> None:
@@ -388,25 +428,6 @@ class ObjectArrayStore(ArrayStore):
         except FileNotFoundError:
             raise no_such_array(name) from None
         self._pins.dispose(old)
-
-    @_storage_failures_as_503
-    def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
-                   overwrite: bool) -> NpyUpload:
-        if self.exists(name) and not overwrite:
-            raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
-        return _GuardedNpyUpload(self, name, dims, chunks, declared_dtype, overwrite)
-
-
-class _GuardedNpyUpload(NpyUpload):
-    """An NPY upload into an object store: storage failures are 503s."""
-
-    def flush(self) -> None:
-        with self.store.guard():
-            super().flush()
-
-    def finish(self) -> dict:
-        with self.store.guard():
-            return super().finish()
 
 
 class _Guard:

@@ -3,9 +3,7 @@ read-only Zarr v3 over HTTP (consolidated metadata, Range requests) and delete."
 
 from __future__ import annotations
 
-import os
 import shutil
-from pathlib import Path
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -24,8 +22,9 @@ from service.errors import (
     too_large,
 )
 from service.storage import npy
+from service.storage.base import KEY_PIECE_BYTES
 from service.storage.names import check_name
-from service.storage.s3 import KEY_PIECE_BYTES
+from service.storage.protocol import StoredKey
 
 router = APIRouter(tags=["arrays"], dependencies=[Depends(require_token)])
 
@@ -199,15 +198,19 @@ def zarr_key(name: ArrayName, key: ZarrKey, request: Request, svc: Services = De
                                              json_schema_extra={"pattern": RANGE_PATTERN})):
     """The stored Zarr v3 group, read-only: ``zarr.json`` (consolidated metadata) and chunk keys,
     with HTTP Range requests, for ``xarray.open_zarr(".../arrays/NAME/zarr")``."""
-    path = svc.store.open_key(name, key)
-    if path is None:
+    stored = svc.store.open_key(name, key)
+    if stored is None:
         raise ServiceError(404, "https://chunked-tensor-ops.readthedocs.io/exceptions/no-such-key",
                            f"array {name!r} has no Zarr key {key!r}")
-    if not isinstance(path, Path):  # a key in an object store
-        return _remote_key(path, request.method, byte_range)
-    _parse_range(byte_range, os.stat(path).st_size)  # a 416 here, before FileResponse starts
-    media = ZARR_JSON_TYPE if path.name == "zarr.json" else "application/octet-stream"
-    return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+    if stored.local_path is None:
+        return _streamed_key(stored, request.method, byte_range)
+    _parse_range(byte_range, stored.size)  # a 416 here, before FileResponse starts
+    return FileResponse(stored.local_path, media_type=_key_media(stored),
+                        headers={"Cache-Control": "no-cache"})
+
+
+def _key_media(stored: StoredKey) -> str:
+    return ZARR_JSON_TYPE if stored.name == "zarr.json" else ZARR_CHUNK_TYPE
 
 
 def _parse_range(byte_range: str | None, size: int) -> list[tuple[int, int]]:
@@ -221,10 +224,11 @@ def _parse_range(byte_range: str | None, size: int) -> list[tuple[int, int]]:
                            headers={"Content-Range": f"bytes */{size}"}) from None
 
 
-def _remote_key(key, method: str, byte_range: str | None) -> Response:
-    """A key of an object store, as FileResponse serves a file: one Range is a 206, several
-    (rare for Zarr readers) get the whole key. Bytes come straight from the store; a key up to
-    ``KEY_PIECE_BYTES`` is read before the response starts, so a storage failure is a 503."""
+def _streamed_key(key: StoredKey, method: str, byte_range: str | None) -> Response:
+    """A key without a local file (an object store's), as FileResponse serves a file: one
+    Range is a 206, several (rare for Zarr readers) get the whole key. Bytes come straight
+    from the store; a key up to ``KEY_PIECE_BYTES`` is read before the response starts, so a
+    storage failure is a 503."""
     ranges = _parse_range(byte_range, key.size)
     start, end = ranges[0] if len(ranges) == 1 else (0, key.size)
     headers = {"Cache-Control": "no-cache", "Accept-Ranges": "bytes", "Content-Length": str(end - start)}
@@ -232,7 +236,7 @@ def _remote_key(key, method: str, byte_range: str | None) -> Response:
     if len(ranges) == 1:
         status = 206
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{key.size}"
-    media = ZARR_JSON_TYPE if key.name == "zarr.json" else ZARR_CHUNK_TYPE
+    media = _key_media(key)
     if method == "HEAD":
         return Response(status_code=status, headers=headers, media_type=media)
     if end - start <= KEY_PIECE_BYTES:
