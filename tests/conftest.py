@@ -22,9 +22,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # would run alone at the end.
 SLOW_FIRST = [
     "tests/service/test_faults.py", "tests/service/test_e2e_http.py", "tests/service/test_data_safety.py",
-    "tests/service/test_cli_run.py", "tests/test_out_of_core.py", "tests/service/test_object_storage.py",
-    "tests/service/test_cli_run_s3.py", "tests/test_deploy.py", "tests/service/test_cluster.py",
-    "tests/service/test_load.py", "tests/service/test_routes.py", "tests/ops/test_copy.py",
+    "tests/service/cli/test_run.py", "tests/test_out_of_core.py", "tests/service/storage/test_s3.py",
+    "tests/service/cli/test_run_s3.py", "tests/test_deploy.py", "tests/service/jobs/test_cluster.py",
+    "tests/service/test_load.py", "tests/service/api/test_processes.py", "tests/ops/test_copy.py",
 ]
 
 

@@ -39,7 +39,7 @@ from setuptools import find_packages
 
 import ops
 from service.cli.main import _serve_parser, settings_from
-from tests.service.test_e2e_http import _alive, _descendants, _free_port
+from tests.service.processes import alive, descendants, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -427,7 +427,7 @@ class Substitution:
     def port(self, owner: str, port: int | str) -> int:
         key = (owner, int(port))
         if key not in self.ports:
-            self.ports[key] = _free_port()
+            self.ports[key] = free_port()
         return self.ports[key]
 
     def argv(self, owner: str, argv: list[str]) -> list[str]:
@@ -540,7 +540,7 @@ def _stop(stack: Stack) -> None:
     timeout, and no process of theirs (a nanny's worker) left behind."""
     children: set[int] = set()
     for proc in stack.procs.values():
-        children |= _descendants(proc.pid)
+        children |= descendants(proc.pid)
     groups: dict[str, list[subprocess.Popen]] = {}  # per compose service, in start order
     for instance, proc in stack.procs.items():
         groups.setdefault(stack.service_of[instance], []).append(proc)
@@ -555,10 +555,10 @@ def _stop(stack: Stack) -> None:
                 proc.kill()
                 proc.wait(10)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+    while time.monotonic() < deadline and any(alive(pid) for pid in children):
         time.sleep(0.2)
     for pid in children:
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 

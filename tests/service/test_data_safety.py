@@ -30,7 +30,7 @@ from service.storage import publish
 from service.storage.local import ArrayStore
 from tests.helpers import assert_same, stores_as_made
 from tests.service.conftest import NPY, eventually, inline, load_npy, npy_bytes
-from tests.service.test_e2e_http import start_server, stop_server
+from tests.service.processes import start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[2]
 ASYNC = {"Prefer": "respond-async"}

@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import base64
 import io
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import warnings
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,148 +26,17 @@ from owslib.ogcapi.processes import Processes
 import ops
 from ops import dtypes
 from tests.service.conftest import NPY, inline, load_npy, npy_bytes
+from tests.service.processes import start_server, stop_server
 
-REPO = Path(__file__).resolve().parents[2]
 OGC_REL = "http://www.opengis.net/def/rel/ogc/1.0/"
 OGC_CONF = "http://www.opengis.net/spec/ogcapi-processes-1/1.0/conf/"
 PROCESS_IDS = {"depth_to_space", "space_to_depth", "space_to_batch", "space_to_batch_nd", "batch_to_space_nd",
                "gather_nd", "ascend_dequant"}
-START_TIMEOUT = 120.0
-STOP_TIMEOUT = 20.0
 JOB_TIMEOUT = 120.0
 HTTP_TIMEOUT = 30.0
 
 
 # --- the server process -------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every live descendant of ``pid`` (Linux /proc), e.g. the Dask nanny and worker processes."""
-    found, todo = set(), [pid]
-    while todo:
-        parent = todo.pop()
-        for children in Path(f"/proc/{parent}/task").glob("*/children"):
-            try:
-                kids = {int(k) for k in children.read_text().split()}
-            except OSError:
-                continue
-            for kid in kids - found:
-                found.add(kid)
-                todo.append(kid)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-@dataclass
-class Server:
-    """A running ``python -m service`` subprocess."""
-
-    url: str
-    root: Path
-    log: Path
-    proc: subprocess.Popen
-    children: set[int] = field(default_factory=set)
-
-    def log_tail(self, chars: int = 4000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "<no log>"
-
-
-def start_server(root: Path, log: Path, attempts: int = 3) -> Server:
-    """Start the service on a free port of 127.0.0.1 and wait (bounded) for ``/healthz`` 200.
-
-    The port is free when chosen, but the service's embedded Dask cluster binds ports of its
-    own before uvicorn binds this one, and may take it: uvicorn then exits with 3 ("address
-    already in use"), and the service is started again on another port."""
-    for attempt in range(attempts):
-        try:
-            return _start_server_once(root, log)
-        except _PortTaken:
-            if attempt == attempts - 1:
-                raise
-
-
-class _PortTaken(Exception):
-    pass
-
-
-def _start_server_once(root: Path, log: Path) -> Server:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHUNKED_TENSOR_OPS_")}
-    env["DASK_TEMPORARY_DIRECTORY"] = str(root.parent)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    out = open(log, "ab")
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(port), "--data-root", str(root),
-             "--n-workers", "1", "--threads-per-worker", "2", "--memory-limit", "1GiB"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
-    finally:
-        out.close()
-    server = Server(f"http://127.0.0.1:{port}", root, log, proc)
-    deadline = time.monotonic() + START_TIMEOUT
-    last = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            if proc.returncode == 3 and "address already in use" in server.log_tail(10**7).lower():
-                raise _PortTaken(port)
-            pytest.fail(f"the service exited with {proc.returncode} while starting:\n{server.log_tail()}")
-        try:
-            answer = requests.get(f"{server.url}/healthz", timeout=5)
-            last = answer.status_code
-            if answer.status_code == 200:
-                server.children = _descendants(proc.pid)
-                return server
-        except requests.RequestException as error:
-            last = error
-        time.sleep(0.25)
-    stop_server(server)
-    pytest.fail(f"/healthz did not answer 200 within {START_TIMEOUT} s (last: {last}):\n{server.log_tail()}")
-
-
-def stop_server(server: Server) -> None:
-    """SIGTERM, then SIGKILL after a timeout; the service must exit on SIGTERM and take its
-    Dask worker processes with it."""
-    proc = server.proc
-    children = server.children | _descendants(proc.pid)
-    graceful = True
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            graceful = False
-            proc.kill()
-            proc.wait(10)
-    assert proc.returncode is not None, "the service process did not exit"
-    deadline = time.monotonic() + STOP_TIMEOUT
-    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
-        time.sleep(0.2)
-    left = sorted(pid for pid in children if _alive(pid))
-    for pid in left:  # ours (the server's workers): do not leak them past the test
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    assert graceful, f"the service did not exit within {STOP_TIMEOUT} s of SIGTERM:\n{server.log_tail()}"
-    assert not left, f"processes of the service outlived it: {left}\n{server.log_tail()}"
-    assert proc.returncode in (0, -signal.SIGTERM), f"exit code {proc.returncode}:\n{server.log_tail()}"
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

@@ -36,10 +36,10 @@ from fastapi.testclient import TestClient
 
 import ops
 from service.api.app import create_app
-from tests.service.conftest import NPY, load_npy, make_settings, npy_bytes
-from tests.service.test_cluster import (DASK, REPO, _free_port, assert_bit_exact, bounded, download,
-                                        eventually, execute_body, job_leftovers, processing, submit, upload,
-                                        wait_job, workers_idle)
+from tests.service.cluster_jobs import (assert_bit_exact, bounded, download, execute_body, job_leftovers, processing,
+                                        submit, upload, wait_job, workers_idle)
+from tests.service.conftest import NPY, eventually, load_npy, make_settings, npy_bytes
+from tests.service.processes import DASK, REPO, free_port
 
 CLUSTER_UNAVAILABLE = "https://chunked-tensor-ops.readthedocs.io/exceptions/cluster-unavailable"
 INSUFFICIENT_STORAGE = "https://chunked-tensor-ops.readthedocs.io/exceptions/insufficient-storage"
@@ -60,7 +60,7 @@ class ProcessCluster:
 
     def __init__(self, logs: Path):
         self.logs = logs
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.scheduler: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
@@ -290,7 +290,7 @@ class ServiceProcess:
 
     def __init__(self, root: Path, scheduler: str, logs: Path):
         self.root, self.scheduler, self.logs = root, scheduler, logs
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
         self.starts = 0

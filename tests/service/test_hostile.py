@@ -11,8 +11,8 @@ For every case the test also checks, around the one request:
 - reads: an audit hook records every file the process opens or lists during the request;
   none may resolve outside the data root (symbolic links followed), nor be ``/etc/passwd``.
 
-The codec and the zip extractor have their own unit tests (test_npy.py, test_zipstore.py),
-test_routes.py covers the ordinary routes and errors; this file is about the HTTP level.
+The codec and the zip extractor have their own unit tests (storage/test_npy.py, storage/test_zip.py),
+the tests of api/ cover the ordinary routes and errors; this file is about the HTTP level.
 The app runs with small limits (64 KiB uploads, 4 KiB inline arrays, 4 KiB chunks) so that
 "over the limit" is cheap to send.
 """

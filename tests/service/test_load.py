@@ -13,7 +13,7 @@ import pytest
 
 from bench.load import resources, run_load
 from tests.service.conftest import eventually
-from tests.service.test_e2e_http import start_server, stop_server
+from tests.service.processes import start_server, stop_server
 
 SETTLE_S = 15.0
 # The server after the run against the server after the warm-up round (same workload, smaller).

@@ -267,7 +267,7 @@ def test_coordinates_refined_and_coarsened():
     fine = arr.ops.depth_to_space(2)
     assert fine["y"].values.tolist() == [1002.5, 1007.5, 1012.5, 1017.5, 1022.5, 1027.5, 1032.5, 1037.5]
     assert fine["y"].attrs == {"units": "m"}
-    # DCR groups channels k, k + 2, k + 4, k + 6: their labels, joined (tests/ops/test_coords.py).
+    # DCR groups channels k, k + 2, k + 4, k + 6: their labels, joined (tests/ops/accessor/test_coords.py).
     assert fine["band"].values.tolist() == ["b0|b2|b4|b6", "b1|b3|b5|b7"]
     assert fine["time"].equals(arr["time"]) and fine["sensor"].equals(arr["sensor"])
     coarse = arr.ops.space_to_depth(2)

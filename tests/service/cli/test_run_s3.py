@@ -22,8 +22,8 @@ import ops
 from service.cli import main as cli
 from service.storage.run_storage import HeldRootStore
 from tests.helpers import assert_same
-from tests.service.test_cluster import dask_processes
-from tests.service.test_object_storage import KEY, SECRET, moto_bucket, raw_fs
+from tests.service.processes import dask_processes, free_port
+from tests.service.storage.moto_server import KEY, SECRET, moto_bucket, raw_fs
 
 BUCKET = "batch"
 RNG = np.random.default_rng(31)
@@ -304,9 +304,7 @@ def test_refusals_name_the_url(s3_env, bucket, workspace, capsys):
 
 
 def test_an_unreachable_endpoint_is_exit_3_within_seconds(monkeypatch, capsys):
-    from tests.service.test_object_storage import _free_port
-
-    monkeypatch.setenv("CHUNKED_TENSOR_OPS_S3_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("CHUNKED_TENSOR_OPS_S3_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("CHUNKED_TENSOR_OPS_S3_KEY", KEY)
     monkeypatch.setenv("CHUNKED_TENSOR_OPS_S3_SECRET", SECRET)
     monkeypatch.setenv("CHUNKED_TENSOR_OPS_STORAGE_OPTIONS", '{"config_kwargs": {"connect_timeout": 1, '

@@ -9,13 +9,9 @@ job's chunk bytes never pass through it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
-import socket
-import subprocess
-import sys
 import threading
 import time
 import zipfile
@@ -36,64 +32,15 @@ from service.api.state import services
 from service.jobs.execution import Executor
 from service.storage.s3 import STORAGE_UNAVAILABLE, ObjectArrayStore, StorageUnavailable, open_store
 from tests.service.conftest import NPY, assert_problem, eventually, inline, load_npy, make_settings, npy_bytes
-from tests.service.test_cluster import dask_processes
+from tests.service.processes import dask_processes, free_port
+from tests.service.storage.moto_server import KEY, SECRET, moto_bucket, raw_fs, start_moto, stop_moto
 
 BUCKET = "tensors"
 PREFIX = "service"
-KEY, SECRET = "test-key-id", "test-secret-value-0123456789"
 CHUNK_BYTES = 64 * 1024
 
 
 # --- the S3 server and the service on it --------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_moto() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return process, endpoint
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"moto_server did not start on port {port}")
-            time.sleep(0.05)
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def raw_fs(endpoint: str) -> s3fs.S3FileSystem:
-    """A client of our own, to look into the bucket behind the service's back."""
-    return s3fs.S3FileSystem(key=KEY, secret=SECRET, client_kwargs={"endpoint_url": endpoint},
-                             use_listings_cache=False, skip_instance_cache=True)
-
-
-@contextlib.contextmanager
-def moto_bucket(bucket: str):
-    """moto_server on 127.0.0.1 with one bucket: its endpoint URL; stopped afterwards."""
-    process, url = start_moto()
-    try:
-        raw_fs(url).mkdir(bucket)
-        yield url
-    finally:
-        stop(process)
-
 
 @pytest.fixture(scope="module")
 def endpoint():
@@ -657,7 +604,7 @@ def test_zarr_keys_ranges_and_path_safety(client, bucket):
 def test_xarray_open_zarr_over_http(client):
     x = np.random.default_rng(7).standard_normal((2, 16, 16, 4), dtype=np.float32)
     put(client, "s3_http", x, dims="n,y,x,c", chunks="1,8,16,4")
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(client.app, host="127.0.0.1", port=port, lifespan="off",
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -686,7 +633,7 @@ def test_missing_bucket_refuses_to_start(endpoint, tmp_path):
 
 
 def test_unreachable_endpoint_refuses_to_start(tmp_path):
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     started = time.monotonic()
     with pytest.raises(StorageUnavailable) as caught:
         open_store(s3_settings(f"http://127.0.0.1:{port}", tmp_path))
@@ -713,7 +660,7 @@ def test_store_going_away_is_a_503(client, tmp_path):
         client.app.dependency_overrides[services] = lambda: dataclasses.replace(real, store=doomed,
                                                                                  executor=executor)
         put(client, "doomed", np.ones(4, np.int16))
-        stop(process)
+        stop_moto(process)
         for response in (client.get("/arrays"), client.get("/arrays/doomed"),
                          client.get("/arrays/doomed/zarr/zarr.json"), client.delete("/arrays/doomed"),
                          client.put("/arrays/more", content=npy_bytes(np.ones(3)), headers={"Content-Type": NPY}),
@@ -723,5 +670,5 @@ def test_store_going_away_is_a_503(client, tmp_path):
             assert f"s3://{BUCKET}/{PREFIX}" in body["detail"] and SECRET not in body["detail"], body
     finally:
         client.app.dependency_overrides.clear()
-        stop(process)
+        stop_moto(process)
     assert client.get("/arrays").status_code == 200  # the module's store again

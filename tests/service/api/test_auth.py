@@ -7,8 +7,11 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+import ops
 from service.api.app import create_app
-from tests.service.conftest import make_settings
+from tests.helpers import assert_same
+from tests.service.api.calls import decode, execute, ints
+from tests.service.conftest import NPY, assert_problem, make_settings, npy_bytes
 
 OPEN = {"/", "/healthz"}
 TOKEN = "s3cret-token"
@@ -80,3 +83,25 @@ def test_without_a_token_the_document_declares_none(tmp_path):
     document = create_app(make_settings(tmp_path)).openapi()
     assert "securitySchemes" not in document.get("components", {})
     assert not [op for operations in document["paths"].values() for op in operations.values() if "security" in op]
+
+
+def test_token(tmp_path):
+    with TestClient(create_app(make_settings(tmp_path, token="s3cret"))) as c:
+        assert c.get("/").status_code == 200
+        assert c.get("/healthz").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"},
+                        {"Authorization": "Bearer s3cret-and-more"}, {"Authorization": "s3cret"}):
+            for method, url in (("GET", "/processes"), ("GET", "/conformance"), ("GET", "/jobs"),
+                                ("GET", "/arrays"), ("PUT", "/arrays/a"), ("GET", "/processes/gather_nd"),
+                                ("POST", "/processes/depth_to_space/execution")):
+                response = c.request(method, url, headers=headers)
+                assert_problem(response, 401)
+                assert response.headers["www-authenticate"] == "Bearer"
+        ok = {"Authorization": "Bearer s3cret"}
+        assert c.get("/processes", headers=ok).status_code == 200
+        assert c.get("/conformance", headers=ok).status_code == 200
+        x = ints((1, 2, 2, 4))
+        assert c.put("/arrays/a", content=npy_bytes(x), headers={**ok, "Content-Type": NPY}).status_code == 201
+        response = execute(c, "depth_to_space", {"x": {"href": "/arrays/a"}, "block_size": 2}, headers=ok)
+        assert response.status_code == 200
+        assert_same(decode(response), ops.depth_to_space(x, 2))

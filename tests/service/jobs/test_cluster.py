@@ -6,14 +6,8 @@ write the data root by path (same machine, same path)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import dask
 import numpy as np
@@ -23,73 +17,13 @@ from fastapi.testclient import TestClient
 
 import ops
 from service.api.app import create_app
-from tests.service.conftest import NPY, eventually, inline, load_npy, make_settings, npy_bytes
+from tests.service.cluster_jobs import (assert_bit_exact, bounded, download, execute_body, job_leftovers, processing,
+                                        submit, upload, wait_job, workers_idle)
+from tests.service.conftest import NPY, eventually, inline, load_npy, make_settings
+from tests.service.processes import dask_processes, free_port
 
-DASK = Path(sys.executable).parent / "dask"
-REPO = Path(__file__).resolve().parents[2]
-ASYNC = {"Prefer": "respond-async"}
 INVALID_PARAMETER = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0/invalid-parameter"
 GiB = 2**30
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    """Terminate (then kill) the workers, then the scheduler; each must exit."""
-    workers, scheduler = procs[1:], procs[:1]
-    for group in (workers, scheduler):  # workers first, so that none waits for a gone scheduler
-        for proc in group:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in group:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-    assert all(proc.poll() is not None for proc in procs)
-
-
-@contextlib.contextmanager
-def dask_processes(logs: Path, *, workers: int, nthreads: int, memory_limit: str = "1GiB"):
-    """(scheduler address, [scheduler, worker...] processes, a driver Client): ``dask scheduler``
-    and ``workers`` x ``dask worker``, each its own process on 127.0.0.1, like ``docker
-    compose`` would start them; stopped (workers first) afterwards."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    procs: list[subprocess.Popen] = []
-
-    def spawn(name: str, *args: str) -> None:
-        with open(logs / f"{name}.log", "wb") as log:
-            procs.append(subprocess.Popen([str(DASK), *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL))
-
-    try:
-        spawn("scheduler", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard")
-        for k in range(workers):
-            spawn(f"worker-{k}", "worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads",
-                  str(nthreads), "--memory-limit", memory_limit, "--no-dashboard")
-        client = None
-        deadline = time.monotonic() + 60
-        while client is None:  # the scheduler may not listen yet
-            try:
-                client = Client(address, timeout=5, set_as_default=False)
-            except (OSError, TimeoutError):
-                if time.monotonic() > deadline or procs[0].poll() is not None:
-                    raise
-                time.sleep(0.2)
-        try:
-            client.wait_for_workers(workers, timeout=60)
-            yield address, procs, client
-        finally:
-            client.close(timeout=10)
-    finally:
-        procs[0].send_signal(signal.SIGCONT)  # in case a test left it frozen
-        _stop(procs)
 
 
 @pytest.fixture(scope="module")
@@ -110,79 +44,6 @@ def api(dask_cluster, data_root):
     settings = make_settings(data_root, scheduler=address, chunk_bytes=64 * 1024)
     with TestClient(create_app(settings)) as test_client:
         yield test_client
-
-
-# --- helpers ----------------------------------------------------------------------------------
-
-
-def upload(api: TestClient, name: str, array: np.ndarray, chunks: str | None = None) -> dict:
-    params = {"chunks": chunks} if chunks else None
-    response = api.put(f"/arrays/{name}", content=npy_bytes(array), headers={"Content-Type": NPY}, params=params)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def execute_body(inputs: dict, result_name: str | None = None) -> dict:
-    output = {"format": {"mediaType": NPY}, "transmissionMode": "reference"}
-    if result_name:
-        output["name"] = result_name
-    return {"inputs": inputs, "outputs": {"result": output}, "response": "document"}
-
-
-def submit(api: TestClient, process: str, inputs: dict, result_name: str | None = None) -> str:
-    response = api.post(f"/processes/{process}/execution", json=execute_body(inputs, result_name), headers=ASYNC)
-    assert response.status_code == 201, response.text
-    assert response.headers["Preference-Applied"] == "respond-async"
-    job_id = response.json()["jobID"]
-    assert response.headers["Location"].endswith(f"/jobs/{job_id}")
-    return job_id
-
-
-def wait_job(api: TestClient, job_id: str, timeout: float = 120.0, every: float = 0.05):
-    """Poll the job until it is final; return (final statusInfo, every progress value seen)."""
-    seen = []
-    deadline = time.monotonic() + timeout
-    while True:
-        response = api.get(f"/jobs/{job_id}")
-        assert response.status_code == 200, response.text
-        info = response.json()
-        seen.append(info["progress"])
-        if info["status"] in ("successful", "failed", "dismissed"):
-            return info, seen
-        assert time.monotonic() < deadline, f"job {job_id} still {info['status']} after {timeout} s"
-        time.sleep(every)
-
-
-def download(api: TestClient, name: str) -> np.ndarray:
-    response = api.get(f"/arrays/{name}")
-    assert response.status_code == 200, response.text
-    return load_npy(response.content)
-
-
-def assert_bit_exact(got: np.ndarray, expected: np.ndarray) -> None:
-    assert got.dtype == expected.dtype
-    assert got.shape == expected.shape
-    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(expected).tobytes()
-
-
-def job_leftovers(data_root: Path, job_id: str) -> list[Path]:
-    return sorted((data_root / "tmp").glob(f"job-{job_id}-*"))
-
-
-def processing(client: Client) -> list:
-    return client.run_on_scheduler(
-        lambda dask_scheduler: [str(ts.key) for ts in dask_scheduler.tasks.values() if ts.state == "processing"])
-
-
-
-
-@contextlib.contextmanager
-def bounded(seconds: float):
-    """Assert the block took less than ``seconds``."""
-    start = time.monotonic()
-    yield
-    elapsed = time.monotonic() - start
-    assert elapsed < seconds, f"took {elapsed:.1f} s (limit {seconds} s)"
 
 
 # --- tests ------------------------------------------------------------------------------------
@@ -219,12 +80,6 @@ def test_zarr_to_zarr_job_with_progress(api):
     assert results.status_code == 200, results.text
     assert results.json()["result"]["href"] == "/arrays/progress-y"
     assert_bit_exact(download(api, "progress-y"), ops.depth_to_space(x, 2))
-
-
-def workers_idle(client: Client) -> bool:
-    """No worker is executing anything (a task cancelled while it ran still runs to its end)."""
-    counts = client.run(lambda dask_worker: dask_worker.state.executing_count)
-    return not any(counts.values())
 
 
 @pytest.fixture(scope="module")
@@ -364,9 +219,8 @@ def test_failing_job_reports_the_index_error(api, gather_params, dask_cluster, d
     assert job_leftovers(data_root, job_id) == []
 
 
-
 def test_unreachable_scheduler_is_503_not_a_hang(tmp_path):
-    address = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens there
+    address = f"tcp://127.0.0.1:{free_port()}"  # nobody listens there
     settings = make_settings(tmp_path, scheduler=address, scheduler_timeout=2)
     with bounded(15), TestClient(create_app(settings)) as api:  # the app starts anyway
         with bounded(15):

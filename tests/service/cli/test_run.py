@@ -31,7 +31,7 @@ from ops.errors import InvalidArgument
 from service.cli import main as cli
 from service.cli import run, run_errors, run_inputs
 from tests.helpers import assert_same, stores_as_made
-from tests.service.test_cluster import _free_port, dask_processes
+from tests.service.processes import dask_processes, free_port
 
 SCRIPT = Path(sys.executable).parent / "chunked-tensor-ops"
 RNG = np.random.default_rng(10)
@@ -281,7 +281,7 @@ def test_exit_codes_one_line_each(inputs, tmp_path):
     out = str(tmp_path / "out.zarr")
     broken = write_array(tmp_path / "broken.zarr", IMAGE, (1, 8, 8, 16))
     (broken / "c" / "1" / "0" / "0" / "0").write_bytes(b"not a compressed chunk")  # read only on a worker
-    address = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens there
+    address = f"tcp://127.0.0.1:{free_port()}"  # nobody listens there
     bad_param, missing, unreachable, failed = run_all([
         command("depth_to_space", "--input", image, "--output", out, "--param", "block_size=1"),
         command("depth_to_space", "--input", str(tmp_path / "missing.zarr"), "--output", out,
