@@ -13,8 +13,9 @@ The steps, each failing with its own exit code before the next starts:
    (``service.storage.run_storage``: a renamed sibling directory, or an object store prefix whose root
    metadata is stored last); a failed computation (exit 1) leaves no output.
 
-``--dry-run`` stops after step 2 and prints the plan instead. The flags and inputs of step 1
-and 2 are ``service.cli.run_inputs``, the exit codes ``service.cli.run_errors``.
+``--dry-run`` stops after step 2 and prints the plan instead. The flags of step 1 are
+``service.cli.flags``, the inputs of step 2 ``service.cli.inputs``, the exit codes
+``service.cli.run_errors``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from ops import dtypes, registry
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from service.cli.run_errors import CLUSTER, FAILED, INPUT, OK, USAGE, RunError, usage
-from service.cli.run_inputs import Input, check_arguments, open_input, scalar_or_array
+from service.cli.flags import check_arguments
+from service.cli.inputs import Input, open_input
 from service.storage import run_storage
-from service.storage.run_storage import LocalOutput, ObjectOutput
+from service.storage.run_storage import RunOutput
 from service.storage.scratch import configured_scratch, scratch_root
 
 RESULT_VARIABLE = "result"  # the output's variable when the input was a bare array
@@ -50,15 +52,17 @@ RESULT_VARIABLE = "result"  # the output's variable when the input was a bare ar
 class RunPlan:
     """Everything decided before the cluster is involved."""
 
-    op: registry.Operator
-    kwargs: dict
+    call: registry.BoundCall     # the operator's call, its array inputs opened
     inputs: list[Input]
     result: xr.DataArray          # rechunked to the output's Zarr chunks
-    output: LocalOutput | ObjectOutput
+    output: RunOutput
     variable: str
-    dims: dict | None = None      # roles -> dim names (--param dims=...)
     scratch: dict | None = None   # GatherNd's intermediate files: {"url", "storage_options"}
     remove_scratch: Callable[[], bool] = lambda: False  # whether anything was there
+
+    @property
+    def op(self) -> registry.Operator:
+        return self.call.op
 
     def store_graph(self, target):
         """The Dask graph (a Delayed) that writes the data to ``target``; metadata written now."""
@@ -77,7 +81,7 @@ class RunPlan:
 
 
 def check_output(output: str, paths: dict[str, str], settings, *, overwrite: bool,
-                 dry_run: bool) -> LocalOutput | ObjectOutput:
+                 dry_run: bool) -> RunOutput:
     """The output (a local path or an fsspec URL): not an input, free (or ``overwrite``), in a
     directory or bucket that exists."""
     try:
@@ -110,15 +114,14 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         op = registry.get(op_name)
     except InvalidArgument as error:
         raise usage(str(error)) from None
-    params, paths, variables, literal_arrays, dims = check_arguments(op, input_items, param_items, variable_items)
+    call, paths, variables = check_arguments(op, input_items, param_items, variable_items)
     target = check_output(output, paths, settings, overwrite=overwrite, dry_run=dry_run)
     opened = [open_input(role, path, variables.get(role), chunks if role == op.array_inputs[0] else None,
                          settings) for role, path in paths.items()]
-    arrays = {i.role: i.array for i in opened}
-    arrays.update({k: scalar_or_array(k, v, op) for k, v in literal_arrays.items()})
+    call = call.with_arrays({i.role: i.array for i in opened})
     scratch, remove_scratch = _scratch(target, settings)
     try:
-        result = registry.apply(op.name, arrays, params, dims, scratch=scratch)  # the graph, as the service builds it
+        result = call.run(scratch=scratch)  # the graph, as the service builds it
     except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
         raise usage(str(error)) from None
     result.encoding = {}
@@ -126,7 +129,7 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
-    return RunPlan(op, params, opened, result, target, variable, dims, scratch, remove_scratch)
+    return RunPlan(call, opened, result, target, variable, scratch, remove_scratch)
 
 
 def _scratch(target, settings) -> tuple[dict, Callable[[], bool]]:
@@ -166,7 +169,7 @@ def describe_plan(plan: RunPlan) -> list[str]:
     graph = plan.store_graph(zarr.storage.MemoryStore())  # the very graph a run computes
     (optimized,) = dask.optimize(graph)  # as the client optimizes it before the scheduler gets it
     read = 0
-    shown = {**plan.kwargs, **({"dims": plan.dims} if plan.dims else {})}
+    shown = {**plan.call.kwargs, **({"dims": plan.call.dims} if plan.call.dims else {})}
     lines = [f"operator: {plan.op.name} {json.dumps(shown, separators=(',', ':'))}"]
     for i in plan.inputs:
         where = f"{i.path} variable {i.variable}" if i.variable else i.path

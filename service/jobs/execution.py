@@ -25,7 +25,6 @@ import numpy as np
 import xarray as xr
 from distributed import CancelledError, Future
 
-from ops import registry
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
@@ -35,7 +34,7 @@ from service.jobs.cluster import Cluster, ClusterUnavailable
 from service.jobs.plan import JobPlan, plan_request
 from service.jobs.records import JobRecords, now
 from service.storage.chunk_order import stream_chunks
-from service.storage.local import ArrayStore
+from service.storage.protocol import ArrayStorage
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class _Control:
 class Executor:
     """Runs executions: synchronously for a request, or as background jobs."""
 
-    def __init__(self, store: ArrayStore, records: JobRecords, cluster: Cluster, *, max_inline_bytes: int,
+    def __init__(self, store: ArrayStorage, records: JobRecords, cluster: Cluster, *, max_inline_bytes: int,
                  max_jobs: int = 4):
         self.store = store
         self.records = records
@@ -79,14 +78,12 @@ class Executor:
         (``{"url", "storage_options"}``) is where GatherNd writes its intermediate files.
         Raises InvalidArgument / IndexError (bad parameters) before anything runs."""
         arrays = {}
-        for name, value in plan.arrays.items():
+        for name, value in plan.call.arrays.items():
             if isinstance(value, str):
                 arrays[name] = self.store.open(value)
             elif isinstance(value, np.ndarray):
                 arrays[name] = da.from_array(value, chunks=-1 if value.ndim else ())
-            else:
-                arrays[name] = value
-        result = registry.apply(plan.process_id, arrays, plan.kwargs, plan.dims, scratch=scratch)
+        result = plan.call.with_arrays(arrays).run(scratch=scratch)
         self._check_size(plan, result)
         return result
 

@@ -1,5 +1,6 @@
-"""From an execute request to a ``JobPlan``: the inputs resolved (a stored array by its href, an
-inline NPY decoded), the parameters and the output checked, before anything is computed.
+"""From an execute request to a ``JobPlan``: each input parsed by its wire model (a stored array
+by its href, an inline NPY decoded, a qualified value unwrapped), the call bound and checked by
+the operator registry as every door's is, and the output checked, before anything is computed.
 """
 
 from __future__ import annotations
@@ -7,20 +8,20 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import dask.array as da
 import numpy as np
+from pydantic import ValidationError
 
 from ops import dtypes, registry
-from ops.dims import ROLES
 from ops.errors import InvalidArgument
-from schemas.service import NPY_MEDIA_TYPE, ExecuteRequest
+from schemas.service import (NPY_MEDIA_TYPE, ArrayInput, ArrayReference, ExecuteRequest, InlineArray,
+                             ParameterInput, QualifiedValue)
 from service.errors import ServiceError, bad_request, conflict, too_large
 from service.storage import npy
-from service.storage.local import ArrayStore
+from service.storage.protocol import ArrayStorage
 from service.storage.names import check_name
 
 
@@ -29,14 +30,15 @@ class JobPlan:
     """A validated execution request, before anything is computed."""
 
     job_id: str
-    process_id: str
-    arrays: dict[str, object]      # input name -> np.ndarray | float | stored array name (str)
-    kwargs: dict[str, object]
-    dims: Mapping | None
+    call: registry.BoundCall       # array inputs: np.ndarray | float | a stored array's name (str)
     transmission: str              # "value" | "reference"
     result_name: str
     response: str                  # "raw" | "document"
     reads: list[str] = field(default_factory=list)
+
+    @property
+    def process_id(self) -> str:
+        return self.call.op.name
 
     @property
     def inline_only(self) -> bool:
@@ -69,17 +71,8 @@ def _stored_name(href: str, base_url: str) -> str:
     raise bad_request(f"href must be /arrays/NAME, got {href!r}")
 
 
-def _inline_npy(name: str, value: dict, limit: int) -> np.ndarray:
-    encoding = value.get("encoding", "base64")
-    media = value.get("mediaType", NPY_MEDIA_TYPE)
-    if encoding != "base64" or media != NPY_MEDIA_TYPE:
-        raise bad_request(
-            f"input {name!r}: an inline array must be base64-encoded {NPY_MEDIA_TYPE}, "
-            f"got encoding {encoding!r} and mediaType {media!r}"
-        )
-    text = value.get("value")
-    if not isinstance(text, str):
-        raise bad_request(f"input {name!r}: value must be a base64 string")
+def _inline_npy(name: str, value: InlineArray, limit: int) -> np.ndarray:
+    text = value.value
     if len(text) * 3 // 4 > limit + npy.MAX_HEADER_BYTES:
         raise too_large(
             f"input {name!r}: the inline array is over the {limit}-byte inline limit; "
@@ -91,7 +84,7 @@ def _inline_npy(name: str, value: dict, limit: int) -> np.ndarray:
     except (binascii.Error, ValueError):
         raise bad_request(f"input {name!r}: value is not valid base64") from None
     try:
-        return npy.decode(raw, max_bytes=limit, declared_dtype=value.get("dtype"))
+        return npy.decode(raw, max_bytes=limit, declared_dtype=value.dtype)
     except npy.NpyTooLarge as error:
         raise too_large(f"input {name!r}: {error}; upload it with PUT /arrays/NAME, pass its href and "
                         "use transmissionMode \"reference\"") from None
@@ -128,46 +121,51 @@ def _refused_dtype_standin(raw: bytes):
     return da.zeros(standin.shape, dtype=standin.dtype, chunks=tuple(max(1, n) for n in standin.shape))
 
 
-def plan_request(process_id: str, request: ExecuteRequest, job_id: str, base_url: str, *, store: ArrayStore,
+def _parsed(adapter, name: str, value):
+    """``value`` parsed by a wire model; a 400 naming the input and the broken rule otherwise."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"] if part not in ("reference", "inline", "qualified"))
+        shown = repr(first["input"])
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        rule = first["msg"].removeprefix("Input ")  # "Input should be ...": the field is named here
+        raise bad_request(f"input {name!r}{': ' + where if where else ''} {rule}, got {shown}") from None
+
+
+def _array_input(name: str, value, base_url: str, store: ArrayStorage, max_inline_bytes: int):
+    """An array input as the executor takes it: a stored array's name (str), a decoded inline
+    NPY, or a number (scalar inputs)."""
+    parsed = _parsed(ArrayInput, name, value)
+    if isinstance(parsed, ArrayReference):
+        stored = _stored_name(parsed.href, base_url)
+        if not store.exists(stored):
+            raise ServiceError(404, "https://chunked-tensor-ops.readthedocs.io/exceptions/no-such-array",
+                               f"input {name!r}: no array named {stored!r}")
+        return stored
+    if isinstance(parsed, InlineArray):
+        return _inline_npy(name, parsed, max_inline_bytes)
+    return parsed.value if isinstance(parsed, QualifiedValue) else parsed
+
+
+def plan_request(process_id: str, request: ExecuteRequest, job_id: str, base_url: str, *, store: ArrayStorage,
                  max_inline_bytes: int) -> JobPlan:
     """The request checked against the operator and the store (``Executor.plan``); raises the
     ServiceError (400, 404, 409, 413) a client gets for it."""
     op = registry.OPERATORS[process_id]
-    inputs = dict(request.inputs)
-    unknown = [k for k in inputs if k not in op.inputs]
-    if unknown:
-        raise bad_request(f"{process_id} has no input {unknown[0]!r}; its inputs are {', '.join(op.inputs)}")
-    arrays, reads = {}, []
-    for name in op.array_inputs:
-        if name not in inputs:
-            raise bad_request(f"{process_id} needs the array input {name!r}")
-        value = inputs.pop(name)
-        if isinstance(value, bool):
-            raise bad_request(f"input {name!r} must be an array ({{\"href\": ...}} or an inline NPY), got {value!r}")
-        if name in op.scalar_inputs and isinstance(value, (int, float)):
-            arrays[name] = float(value)
-        elif isinstance(value, dict) and "href" in value:
-            stored = _stored_name(value["href"], base_url)
-            if not store.exists(stored):
-                raise ServiceError(404, "https://chunked-tensor-ops.readthedocs.io/exceptions/no-such-array",
-                                   f"input {name!r}: no array named {stored!r}")
-            arrays[name] = stored
-            reads.append(stored)
-        elif isinstance(value, dict) and "value" in value:
-            arrays[name] = _inline_npy(name, value, max_inline_bytes)
+    inputs = {}
+    for name, value in request.inputs.items():
+        if name in op.array_inputs:
+            inputs[name] = _array_input(name, value, base_url, store, max_inline_bytes)
         else:
-            raise bad_request(
-                f"input {name!r} must be {{\"href\": \"/arrays/NAME\"}} or an inline NPY "
-                f"{{\"value\": base64, \"encoding\": \"base64\", \"mediaType\": \"{NPY_MEDIA_TYPE}\"}}"
-            )
-    dims = inputs.pop("dims", None)
-    if dims is not None and not (isinstance(dims, dict) and all(
-            k in ROLES and isinstance(v, str) for k, v in dims.items())):
-        raise bad_request(f"input 'dims' must map roles ({', '.join(ROLES)}) to dim names (strings), "
-                          f"e.g. {{\"H\": \"row\"}}; got {dims!r}")
-    missing = [k for k, f in op.params.model_fields.items() if f.is_required() and k not in inputs]
-    if missing:
-        raise bad_request(f"{process_id} needs the input {missing[0]!r}")
+            parsed = _parsed(ParameterInput, name, value)
+            inputs[name] = parsed.value if isinstance(parsed, QualifiedValue) else parsed
+    try:
+        call = registry.bind(process_id, inputs)
+    except InvalidArgument as error:
+        raise bad_request(str(error)) from None
+    reads = [v for v in call.arrays.values() if isinstance(v, str)]
     output = (request.outputs or {}).get("result")
     if request.outputs and set(request.outputs) != {"result"}:
         raise bad_request(f"{process_id} has one output, 'result'; got {sorted(request.outputs)}")
@@ -180,5 +178,5 @@ def plan_request(process_id: str, request: ExecuteRequest, job_id: str, base_url
         raise conflict(f"an array named {result_name!r} exists; choose another outputs.result.name")
     if result_name in reads:
         raise conflict(f"the result cannot overwrite its input {result_name!r}")
-    return JobPlan(job_id, process_id, arrays, inputs, dims,
-                output.transmissionMode if output else "value", result_name, request.response, reads)
+    return JobPlan(job_id, call, output.transmissionMode if output else "value", result_name, request.response,
+                   reads)

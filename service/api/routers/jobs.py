@@ -15,14 +15,14 @@ from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results
 from service.api.routers import JobID, dtype_header, npy_bytes, problems
 from service.api.state import Services, base_url, require_token, services
 from service.errors import INVALID_PARAMETER, NO_SUCH_ARRAY, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError
-from service.storage.local import ArrayStore
+from service.storage.protocol import ArrayStorage
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(require_token)])
 
 _STATUS_FIELDS = ("created", "started", "finished", "updated")
 
 
-def status_info(job: dict, base: str, store: ArrayStore | None = None) -> dict:
+def status_info(job: dict, base: str, store: ArrayStorage | None = None) -> dict:
     """A job record as an OGC statusInfo document. A successful job links to its results and
     its result array while that is stored (with ``store``, it is looked up): a synchronous
     execution that returned its result inline stored none, and a result can be deleted."""

@@ -29,7 +29,7 @@ import zarr
 import ops
 from ops.errors import InvalidArgument
 from service.cli import main as cli
-from service.cli import run, run_errors, run_inputs
+from service.cli import flags, run, run_errors
 from tests.helpers import assert_same, stores_as_made
 from tests.service.processes import dask_processes, free_port
 
@@ -267,8 +267,8 @@ def test_dims_by_name_in_any_order(tmp_path, capsys):
     code, out, _ = main_in_process(capsys, *args, "--dry-run")
     assert code == 0 and out.startswith(f'operator: depth_to_space {{"block_size":2,"dims":{dims}}}\n')
     code, _, err = main_in_process(capsys, *args[:5], "--param", "dims=[1]", "--output", args[-1])
-    assert (code, err) == (2, "chunked-tensor-ops run: error: --param dims must map roles to dim names as JSON, "
-                              "e.g. dims={\"H\":\"row\"}; got [1]\n")
+    assert (code, err) == (2, "chunked-tensor-ops run: error: dims must map roles (N, H, W, C, V) to dim names, "
+                              "e.g. {'H': 'row'}; got [1]\n")
 
 
 # --- exit codes -------------------------------------------------------------------------------
@@ -356,7 +356,7 @@ def usage_cases(inputs: Path, tmp_path: Path):
         (["depth_to_space", "--input", image, "--output", out, "--param", "block_size=2.0"], 2,
          ops_error(ops.depth_to_space, IMAGE, 2.0)),
         (["depth_to_space", "--input", image, "--output", out, "--param", "blocksize=2"], 2,
-         "depth_to_space has no parameter 'blocksize'; its parameters are block_size, data_format, mode"),
+         "depth_to_space has no input 'blocksize'; its inputs are x, block_size, data_format, mode, dims"),
         (["depth_to_space", "--input", image, "--output", out], 2,
          "depth_to_space needs the parameter 'block_size' (--param block_size=VALUE)"),
         (["depth_to_space", "--input", image, "--output", out, "--param", "block_size"], 2,
@@ -545,17 +545,17 @@ def test_a_service_job_records_progress_when_the_start_answered_late():
     ("float16", "float16"), ("0.0078125", 0.0078125), ("null", None),
 ])
 def test_param_values_are_json_or_a_bare_string(text, value):
-    assert run_inputs.parse_params([f"p={text}"]) == {"p": value}
+    assert flags.parse_params([f"p={text}"]) == {"p": value}
 
 
 def test_chunks_forms():
     dims = ("n", "y", "x", "c")
-    assert run_inputs.parse_chunks("1,64,-1,16", dims) == {"n": 1, "y": 64, "x": -1, "c": 16}
-    assert run_inputs.parse_chunks("y=64,x=32", dims) == {"y": 64, "x": 32}
-    assert run_inputs.parse_chunks("auto", dims) == dict.fromkeys(dims, "auto")
+    assert flags.parse_chunks("1,64,-1,16", dims) == {"n": 1, "y": 64, "x": -1, "c": 16}
+    assert flags.parse_chunks("y=64,x=32", dims) == {"y": 64, "x": 32}
+    assert flags.parse_chunks("auto", dims) == dict.fromkeys(dims, "auto")
     for bad in ("1,2", "a,b,c,d", "z=3", "0,1,1,1"):
         with pytest.raises(run_errors.RunError) as error:
-            run_inputs.parse_chunks(bad, dims)
+            flags.parse_chunks(bad, dims)
         assert error.value.code == run_errors.USAGE and repr(bad) in str(error.value)
 
 
