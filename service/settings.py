@@ -48,6 +48,40 @@ class Settings(BaseSettings):
     # and scratch/ in the bucket for an external one (its workers may share no disk). The
     # scratch carries GatherNd's gathered rows twice: a shared disk saves those requests.
     scratch: str | None = None
+    # --- budgets: what one request may cost, checked before any work (413/400 past them) ------
+    # Chunks of one stored array (an axis of length 0 counts as 1), inner chunks of one
+    # shard, and the decoded size of one chunk: uploads, ?chunks= and results alike.
+    max_chunks: int = Field(10_000, ge=1)
+    max_shard_chunks: int = Field(1024, ge=1)
+    max_chunk_bytes: int = Field(64 * MiB, ge=1024)
+    # One string of a variable-length string array (a coordinate's labels) and all of them.
+    max_string_bytes: int = Field(64 * 1024, ge=1)
+    max_strings_bytes: int = Field(16 * MiB, ge=1)
+    # Blocks of an operator's output and tasks of a job's graph.
+    max_graph_blocks: int = Field(100_000, ge=1)
+    max_graph_tasks: int = Field(1_000_000, ge=1)
+    # All stored arrays together (None: no quota beyond the disk's own size).
+    disk_quota_bytes: int | None = Field(None, ge=1)
+    # --- jobs ------------------------------------------------------------------------------
+    # Jobs running at once, jobs waiting for one of those slots (past it: 503), and how long
+    # the record of a finished job is kept (seconds) and how many are kept at most.
+    max_jobs: int = Field(4, ge=1)
+    max_queued_jobs: int = Field(64, ge=0)
+    job_retention_seconds: float = Field(7 * 24 * 3600, gt=0)
+    max_job_records: int = Field(10_000, ge=1)
+    # --- the network -------------------------------------------------------------------------
+    # The token may come from a file (its first line) rather than the command line, where
+    # every local user can read it in the process list.
+    token_file: Path | None = None
+    # Host header values the service answers (DNS rebinding): None means the bound address
+    # and, for a loopback one, localhost/127.0.0.1/[::1] (with the port).
+    allowed_hosts: list[str] | None = None
+    # Origins allowed by CORS; empty: no CORS headers (browsers refuse cross-site reads).
+    cors_origins: list[str] = Field(default_factory=list)
+    # Connections served at once (more wait in the listen backlog) and the seconds a client
+    # may take to send its headers or a piece of its body.
+    max_connections: int = Field(256, ge=1)
+    read_timeout: float = Field(30.0, gt=0)
     # --- object storage (data_root = s3://bucket/prefix); never taken from requests --------
     # Where the job records (SQLite) and upload spools live when data_root is remote;
     # default ./state. Unused for a local data root (they live in it).

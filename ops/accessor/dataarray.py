@@ -20,7 +20,7 @@ from ops.accessor import conventions, named_rearrange
 from ops.accessor.history import undo_last, with_step
 from ops.accessor.named_dequant import dequant_by_name
 from ops.accessor.named_gather import gather_by_name
-from ops.dims import ROLE_LABELS, find_dims
+from ops.dims import ROLE_LABELS, ROLES, find_dims
 from ops.errors import DimensionError
 
 
@@ -46,7 +46,7 @@ class OpsAccessor:
 
     def __repr__(self) -> str:
         try:
-            roles, problem = find_dims(self._obj.dims, "repr", "", "NHWCV"), None
+            roles, problem = find_dims(self._obj.dims, "repr", "", "".join(ROLES)), None
         except DimensionError as error:
             roles, problem = None, str(error)
         return conventions.describe(self._obj, "DataArray", roles, problem, ROLE_LABELS)

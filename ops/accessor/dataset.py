@@ -13,7 +13,7 @@ import xarray as xr
 from ops.accessor import conventions
 from ops.accessor.dataarray import OpsAccessor
 from ops.accessor.docstrings import from_dataarray
-from ops.dims import ROLE_LABELS, find_dims
+from ops.dims import ROLE_LABELS, ROLES, find_dims
 from ops.errors import DimensionError, NotApplicable
 
 
@@ -38,7 +38,7 @@ class OpsDatasetAccessor:
 
     def __repr__(self) -> str:
         try:
-            roles, problem = find_dims(tuple(self._obj.dims), "repr", "", "NHWCV"), None
+            roles, problem = find_dims(tuple(self._obj.dims), "repr", "", "".join(ROLES)), None
         except DimensionError as error:
             roles, problem = None, str(error)
         text = conventions.describe(self._obj, "Dataset", roles, problem, ROLE_LABELS)

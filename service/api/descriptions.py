@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 from ops import registry
+from ops.dims import ROLES
 from schemas.service import ARRAY_NAME_PATTERN, NPY_MEDIA_TYPE, OGC_REL
 
 JOB_CONTROL = ["sync-execute", "async-execute", "dismiss"]
@@ -41,9 +42,9 @@ ARRAY_INPUT_SCHEMA = {
 }
 
 DIMS_SCHEMA = {
-    "description": "Roles (N, H, W, C, V) mapped to dim names of the input, as the accessor's dims= "
+    "description": f"Roles ({', '.join(ROLES)}) mapped to dim names of the input, as the accessor's dims= "
                    "(null: not given)",
-    "anyOf": [{"type": "object", "propertyNames": {"enum": ["N", "H", "W", "C", "V"]},
+    "anyOf": [{"type": "object", "propertyNames": {"enum": list(ROLES)},
                "additionalProperties": {"type": "string"}},
               {"type": "null"}],
 }
