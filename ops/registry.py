@@ -24,6 +24,7 @@ import numpy as np
 import xarray as xr
 from pydantic import BaseModel
 
+from ops.accessor.conventions import cf_encoding
 from ops.accessor.named_calls import NAMED_DIMS
 from ops.dequant import ascend_dequant
 from ops.depth_space import depth_to_space, space_to_depth
@@ -68,6 +69,9 @@ class Operator:
         ``roles(kwargs, ndim) -> tuple[str, ...]``: dim names for a plain result.
     takes_scratch : bool
         Whether the function takes a ``scratch`` store for its intermediate files (GatherNd).
+    moves_values : bool
+        Whether the result holds the input's values moved about (rearrangements, gathers), so
+        that it keeps the input's CF packing; AscendDequant computes new values.
     """
 
     name: str
@@ -79,6 +83,7 @@ class Operator:
     accepts_dims: bool = True
     scalar_inputs: tuple[str, ...] = ()
     takes_scratch: bool = False
+    moves_values: bool = True
     keywords: tuple[str, ...] = field(init=False)
 
     def __post_init__(self):
@@ -131,7 +136,7 @@ OPERATORS: dict[str, Operator] = {
                  takes_scratch=True),
         # The accessor's dequant aligns scales by dim name, which a positional request cannot say.
         Operator("ascend_dequant", ascend_dequant, AscendDequantParams, ("src", "deq_scale"), "AscendDequant",
-                 _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",)),
+                 _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",), moves_values=False),
     )
 }
 
@@ -217,7 +222,10 @@ class BoundCall:
         else:
             out_dims = op.roles(kwargs, result.ndim)
         attrs = dict(first.attrs) if isinstance(first, xr.DataArray) else {}
-        return xr.DataArray(result, dims=out_dims, attrs=attrs)
+        out = xr.DataArray(result, dims=out_dims, attrs=attrs)
+        if isinstance(first, xr.DataArray) and op.moves_values:
+            out.encoding.update(cf_encoding(first))  # the same kind of values, packed the same way
+        return out
 
 
 def bind(name: str, inputs: Mapping[str, object]) -> BoundCall:

@@ -29,6 +29,19 @@ OPERATORS = ("depth_to_space", "space_to_depth", "space_to_batch", "space_to_bat
 # Mapping or keywords (xarray's either_dict_or_kwargs)
 
 
+# How a variable is written in CF terms: how its values are packed and marked missing on disk,
+# and which grid mapping variable it names. A rearranged or gathered variable holds the same
+# kind of values, so it is written back the same way. Chunks and codecs belong to the store
+# the result goes to and are not carried.
+CF_ENCODING = ("dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units", "calendar",
+               "grid_mapping")
+
+
+def cf_encoding(arr) -> dict:
+    """The CF keys of ``arr.encoding`` (``CF_ENCODING``), for the result of a rearrangement."""
+    return {key: arr.encoding[key] for key in CF_ENCODING if key in arr.encoding}
+
+
 def either_dict_or_kwargs(mapping, keywords: Mapping, param: str, method: str) -> dict:
     """``mapping`` or the ``**keywords`` form of the same argument, never both.
 

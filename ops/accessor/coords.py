@@ -98,6 +98,8 @@ class CoordPlan:
     def attrs(self, attrs: dict) -> dict:
         """The result's attrs (``history.with_step`` output): transform updates and the restore record."""
         attrs = {**attrs, **self.attrs_update}
+        if "grid_mapping" in self.encoding:  # one place only: xarray refuses to write it from both
+            attrs.pop("grid_mapping", None)
         if self.record or self.drop:
             steps = json.loads(attrs[HISTORY])
             if self.record:

@@ -64,4 +64,6 @@ def gather_by_name(params: xr.DataArray, indices, *, batch_dims, negative_index_
                 coords[dim] = xr.Variable(lead, picked, params[dim].attrs)
     attrs = with_step(params, "gather_nd", batch_dims=b, negative_index_support=negative_index_support,
                       indexed_dims=indexed)
-    return xr.DataArray(data, dims=(*lead, *rest), coords=coords, attrs=attrs, name=params.name)
+    out = xr.DataArray(data, dims=(*lead, *rest), coords=coords, attrs=attrs, name=params.name)
+    out.encoding.update(conventions.cf_encoding(params))
+    return out

@@ -49,7 +49,7 @@ def depth(arr: xr.DataArray, op: str, block_size, mode, roles: Mapping[str, str]
     attrs = with_step(arr, op, block_size=factor, mode=mode,
                       dims={r: d for r, d in roles.items() if d != _TEMPORARY_BATCH})
     out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
-    out.encoding.update(plan.encoding)
+    out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
     if _TEMPORARY_BATCH in out.dims:
         out = out.isel({_TEMPORARY_BATCH: 0}, drop=True)
     return out.transpose(*order)
@@ -103,7 +103,7 @@ def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | Non
     attrs = with_step(arr, op, block_shape=plain_ints(block_shape), **{key: plain_ints(pairs)},
                       dims={"N": roles["N"]})
     out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
-    out.encoding.update(plan.encoding)
+    out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
     return out.transpose(*arr.dims)
 
 

@@ -6,11 +6,12 @@ unreadable).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import xarray as xr
 
+from ops.accessor.conventions import cf_encoding
 from service.cli.flags import parse_chunks
 from service.cli.run_errors import INPUT, RunError, usage
 from service.storage import run_storage
@@ -23,6 +24,8 @@ class Input:
     path: str
     variable: str | None  # None: a bare Zarr array
     array: xr.DataArray
+    global_attrs: dict = field(default_factory=dict)  # the group's own attrs
+    companions: dict = field(default_factory=dict)    # variables the array refers to (its grid mapping)
 
 
 def _zarr_source(path: str, settings):
@@ -66,15 +69,17 @@ def _bare_array(node, chunks_text: str | None) -> xr.DataArray:
 
 
 def _open_dataset(path, chunks) -> xr.Dataset:
-    """The group as xarray reads it, values as stored (no masking, scaling or time decoding)."""
+    """The group as xarray reads it: CF-decoded as the accessor's users open it (missing values
+    as NaN, packed values unpacked, times as dates), so that the operator computes on the
+    same values through every door; the packing stays in each variable's encoding and is
+    applied again when the result is written."""
     with warnings.catch_warnings():  # a group without consolidated metadata is read all the same
         warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated metadata")
-        return xr.open_zarr(path, chunks=chunks, mask_and_scale=False, decode_times=False,
-                            decode_timedelta=False)
+        return xr.open_zarr(path, chunks=chunks)
 
 
 def _group_variable(path: str, source, node, variable: str | None,
-                    chunks_text: str | None) -> tuple[str, xr.DataArray]:
+                    chunks_text: str | None) -> tuple[str, xr.DataArray, dict, dict]:
     """A variable of a group, opened with xarray (coordinates kept) when xarray can read it."""
     try:
         ds = _open_dataset(source, chunks={})
@@ -90,14 +95,14 @@ def _group_variable(path: str, source, node, variable: str | None,
         raise RunError(INPUT, f"input {path} has no variable {variable!r}; its variables are "
                               f"{', '.join(map(str, candidates)) or 'none'}")
     if ds is None:
-        return variable, _bare_array(node[variable], chunks_text)
+        return variable, _bare_array(node[variable], chunks_text), {}, {}
     arr = ds[variable]
     chunks = parse_chunks(chunks_text, tuple(map(str, arr.dims)))
     if chunks:
         arr = _open_dataset(source, chunks=chunks)[variable]
-    arr.attrs.pop("_FillValue", None)
-    arr.attrs = {**ds.attrs, **arr.attrs}
-    return variable, arr
+    mapping = arr.encoding.get("grid_mapping", arr.attrs.get("grid_mapping"))
+    companions = {mapping: ds[mapping].variable} if mapping in ds.variables else {}
+    return variable, arr, dict(ds.attrs), companions
 
 
 def open_input(role: str, path: str, variable: str | None, chunks_text: str | None, settings) -> Input:
@@ -109,13 +114,14 @@ def open_input(role: str, path: str, variable: str | None, chunks_text: str | No
 
     source = _zarr_source(path, settings)
     node = _zarr_node(path, source)
+    global_attrs, companions = {}, {}
     if isinstance(node, zarr.Array):
         if variable is not None:
             raise usage(f"--variable {variable}: input {path} is a bare Zarr array, not a group")
         arr = _bare_array(node, chunks_text)
     else:
-        variable, arr = _group_variable(path, source, node, variable, chunks_text)
-    arr.encoding = {}
-    return Input(role, path, variable, from_stored(arr))
+        variable, arr, global_attrs, companions = _group_variable(path, source, node, variable, chunks_text)
+    arr.encoding = cf_encoding(arr)  # how it is packed on disk; its chunks and codecs are the input's
+    return Input(role, path, variable, from_stored(arr), global_attrs, companions)
 
 

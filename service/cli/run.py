@@ -36,6 +36,7 @@ from ops import dtypes, registry
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from service.cli.run_errors import CLUSTER, FAILED, INPUT, OK, USAGE, RunError, usage
+from ops.accessor.conventions import cf_encoding
 from service.cli.flags import check_arguments
 from service.cli.inputs import Input, open_input
 from service.storage import run_storage
@@ -69,9 +70,16 @@ class RunPlan:
         from service.storage.raw_dtypes import to_stored
 
         ds = to_stored(self.result).to_dataset(name=self.variable)
-        for name in ds.variables:  # the inputs' encodings (their chunks, codecs) are not the output's
-            ds[name].encoding = {}
-        encoding = {self.variable: {"chunks": self.output_chunks}} if self.result.ndim else {}
+        first = next((i for i in self.inputs if i.role == self.op.array_inputs[0]), None)
+        if first is not None:
+            ds.attrs = dict(first.global_attrs)  # the group's attrs stay the group's
+            carried = {k: v for k, v in first.companions.items() if k not in ds.variables}
+            ds = ds.assign_coords(carried)  # the grid mapping the variable names, with it
+        for name in ds.variables:  # the inputs' chunks and codecs are not the output's; packing is
+            ds[name].encoding = cf_encoding(ds[name])
+        # to_zarr's encoding replaces a variable's own: the packing goes with the chunks
+        encoding = {self.variable: {**ds[self.variable].encoding, "chunks": self.output_chunks}} \
+            if self.result.ndim else {}
         with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
             return ds.to_zarr(target, zarr_format=3, consolidated=True, compute=False, mode="w", encoding=encoding)
 
@@ -124,7 +132,7 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         result = call.run(scratch=scratch)  # the graph, as the service builds it
     except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
         raise usage(str(error)) from None
-    result.encoding = {}
+    result.encoding = cf_encoding(result)  # the input's packing; its chunks and codecs are not the output's
     if result.ndim:
         result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)

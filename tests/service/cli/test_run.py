@@ -181,7 +181,9 @@ def test_dims_coordinates_and_attrs_of_a_group_variable(runs, inputs):
     assert runs["space_to_depth"].returncode == 0
     result = read_output(inputs / "space_to_depth.zarr", "image")
     assert result.dims == ("n", "y", "x", "c")  # the input's dims, by name
-    assert result.attrs["title"] == "scene"     # the group's attrs
+    # the group's attrs stay the group's (not copied into the variable's)
+    assert xr.open_zarr(inputs / "space_to_depth.zarr").attrs["title"] == "scene"
+    assert "title" not in result.attrs
     # evenly spaced coordinates coarsened by 2 stay true: the centres of 2x2 blocks
     np.testing.assert_array_equal(result["y"].values, np.arange(4) * 20.0 + 5.0)
     assert set(xr.open_zarr(inputs / "space_to_depth.zarr").data_vars) == {"image"}
