@@ -134,7 +134,7 @@ OPERATORS: dict[str, Operator] = {
                  _batch_roles),
         Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd", _gather_roles,
                  takes_scratch=True),
-        # The accessor's dequant aligns scales by dim name, which a positional request cannot say.
+        # No dims input: the accessor's dequant finds the columns from the scale's dim names.
         Operator("ascend_dequant", ascend_dequant, AscendDequantParams, ("src", "deq_scale"), "AscendDequant",
                  _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",), moves_values=False),
     )
@@ -211,7 +211,7 @@ class BoundCall:
         op, kwargs = self.op, dict(self.kwargs)
         if scratch is not None and op.takes_scratch:
             kwargs["scratch"] = scratch
-        if op.accepts_dims:
+        if op.name in NAMED_DIMS:
             named = NAMED_DIMS[op.name](self.arrays, dict(kwargs), self.dims)
             if named is not None:
                 return named

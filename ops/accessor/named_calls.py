@@ -80,6 +80,15 @@ def _gather_adapter(arrays, kwargs, dims):
     return params.ops.gather_nd(indices, **kwargs)
 
 
+def _dequant_adapter(arrays, kwargs, dims):
+    src, scale = arrays["src"], arrays["deq_scale"]
+    if not is_named(src) or "k_dim" in kwargs:  # k_dim is positional: the accessor derives it from names
+        return None
+    if isinstance(scale, xr.DataArray) and not is_named(scale):
+        scale = scale.data  # no names to align by: a plain vector, along the channel dim
+    return src.ops.ascend_dequant(scale, **kwargs)
+
+
 NAMED_DIMS = {
     "depth_to_space": _depth_adapter("depth_to_space"),
     "space_to_depth": _depth_adapter("space_to_depth"),
@@ -87,4 +96,5 @@ NAMED_DIMS = {
     "space_to_batch_nd": _batch_nd_adapter("space_to_batch_nd", "paddings"),
     "batch_to_space_nd": _batch_nd_adapter("batch_to_space_nd", "crops"),
     "gather_nd": _gather_adapter,
+    "ascend_dequant": _dequant_adapter,
 }

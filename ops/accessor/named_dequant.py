@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import xarray as xr
 
+from ops.dims import find_dims
 from ops.errors import DimensionError, InvalidArgument, MissingDims, NotApplicable
 
 
@@ -28,7 +30,9 @@ def _layout(src: xr.DataArray, scale, policy):
     """(column dim, scale dims shared with src, the scale's own group dim or None, k_dim)."""
     dims = src.dims
     if not (isinstance(scale, xr.DataArray) and scale.ndim):
-        return dims[-1], [], None, 1  # a number or a plain array: the last dim holds the columns
+        # A number or a plain array: the columns are the channel dim, found by its name as
+        # every operator finds it, else the last dim.
+        return find_dims(dims, "ascend_dequant", "", "C").get("C", dims[-1]), [], None, 1
     shared = [d for d in scale.dims if d in dims]
     own = [d for d in scale.dims if d not in dims]
     if policy is None:
@@ -102,6 +106,11 @@ def dequant_by_name(src: xr.DataArray, deq_scale, *, function, dst_dtype, calc_c
                 scale = scale.data
         else:
             scale = scale.data
+    if policy is None and np.ndim(scale) == 1 and np.shape(scale)[0] != n:
+        # The device reads as many entries as there are columns; by name, a mismatch is a mistake.
+        raise InvalidArgument(
+            f"ascend_dequant: deq_scale has {np.shape(scale)[0]} entries, the column dim {cols!r} of src has {n}"
+        )
     data = work.data if len(rows) <= 1 else work.data.reshape(m, n)  # rows are independent: flatten
     out = function(data, scale, dst_dtype=dst_dtype, calc_count=calc_count, mode=mode, policy=policy,
                    group_size=group_size, k_dim=k_dim if policy == "per_group" else 1, align_output=align_output)

@@ -96,3 +96,26 @@ def test_a_result_is_the_same_through_every_door(client, capsys, tmp_path, store
     code, err = _cli(capsys, *_cli_args(stored_image, op, kwargs), "--output", str(out), "--in-process", "--quiet")
     assert code == 0, err
     assert_same(xr.open_zarr(out)["result"].values, expected)
+
+
+def test_a_labelled_scale_is_aligned_by_label_through_every_door(capsys, tmp_path):
+    """A scale stored in another channel order than src: the accessor, the registry and run
+    all align it by label (run used to apply it by position)."""
+    labels = [f"c{i}" for i in range(8)]
+    src = xr.DataArray(RNG.integers(-500, 500, (6, 8), dtype=np.int32), dims=("row", "channel"),
+                       coords={"channel": labels})
+    scale = xr.DataArray(RNG.uniform(0.5, 2, 8).astype(np.float32)[::-1], dims=("channel",),
+                         coords={"channel": labels[::-1]})
+    expected = src.ops.ascend_dequant(scale, dst_dtype="float32")
+    assert_same(registry.apply("ascend_dequant", {"src": src, "deq_scale": scale}, {"dst_dtype": "float32"}).values,
+                expected.values)
+    src.to_dataset(name="src").to_zarr(tmp_path / "src.zarr", zarr_format=3)
+    scale.to_dataset(name="scale").to_zarr(tmp_path / "scale.zarr", zarr_format=3)
+    out = tmp_path / "out.zarr"
+    code, err = _cli(capsys, "ascend_dequant", "--input", f"src={tmp_path / 'src.zarr'}", "--input",
+                     f"deq_scale={tmp_path / 'scale.zarr'}", "--param", "dst_dtype=float32", "--output", str(out),
+                     "--in-process", "--quiet")
+    assert code == 0, err
+    written = xr.open_zarr(out)["src"]
+    assert_same(written.values, expected.values)
+    assert list(written["channel"].values) == labels

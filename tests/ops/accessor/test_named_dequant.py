@@ -1,0 +1,56 @@
+"""``ops.accessor.named_dequant``: AscendDequant's scale matched by dim name and by label."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import ops
+from ops import registry
+from ops.errors import InvalidArgument
+
+RNG = np.random.default_rng(29)
+SRC = RNG.integers(-1000, 1000, size=(8, 3, 4), dtype=np.int32)  # (channel, batch, token)
+SCALE = RNG.uniform(0.5, 2.0, 8).astype(np.float32)
+
+
+def reference(src_last_channel: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    return (src_last_channel.astype(np.float32) * scale).astype(np.float32)
+
+
+@pytest.mark.smoke
+def test_a_plain_vector_scale_applies_along_the_channel_dim_found_by_name():
+    arr = xr.DataArray(SRC, dims=("channel", "batch", "token"))
+    out = arr.ops.ascend_dequant(SCALE, dst_dtype="float32")
+    expected = np.moveaxis(reference(np.moveaxis(SRC, 0, -1), SCALE), -1, 0)
+    np.testing.assert_array_equal(out.values, expected)
+    assert out.dims == ("channel", "batch", "token")
+
+
+def test_a_plain_vector_scale_of_another_length_is_refused_naming_both():
+    arr = xr.DataArray(SRC, dims=("channel", "batch", "token"))
+    with pytest.raises(InvalidArgument, match="deq_scale has 5 entries, the column dim 'channel' of src has 8"):
+        arr.ops.ascend_dequant(SCALE[:5], dst_dtype="float32")
+    with pytest.raises(InvalidArgument, match="deq_scale has 9 entries"):
+        arr.ops.ascend_dequant(np.append(SCALE, 1.0), dst_dtype="float32")
+
+
+def test_without_a_channel_name_the_last_dim_holds_the_columns():
+    arr = xr.DataArray(SRC.transpose(1, 2, 0), dims=("a", "b", "k"))
+    out = arr.ops.ascend_dequant(SCALE, dst_dtype="float32")
+    np.testing.assert_array_equal(out.values, reference(SRC.transpose(1, 2, 0), SCALE))
+
+
+def test_a_labelled_scale_aligns_by_label_through_the_registry_as_in_the_accessor():
+    """What the command line and the service run (the registry) aligns as the accessor does."""
+    labels = [f"c{i}" for i in range(8)]
+    src = xr.DataArray(SRC.reshape(8, 12).T, dims=("row", "channel"), coords={"channel": labels})
+    scale = xr.DataArray(SCALE[::-1], dims=("channel",), coords={"channel": labels[::-1]})
+    expected = reference(SRC.reshape(8, 12).T, SCALE)
+    np.testing.assert_array_equal(src.ops.ascend_dequant(scale, dst_dtype="float32").values, expected)
+    through = registry.apply("ascend_dequant", {"src": src, "deq_scale": scale}, {"dst_dtype": "float32"})
+    np.testing.assert_array_equal(through.values, expected)
+    assert through.dims == ("row", "channel") and list(through["channel"].values) == labels
+    positional = ops.ascend_dequant(src.values, scale.values, dst_dtype="float32")
+    assert not np.array_equal(positional, expected)  # by position it would be another answer
