@@ -24,7 +24,7 @@ import numpy as np
 import xarray as xr
 from pydantic import BaseModel
 
-from ops.accessor.conventions import cf_encoding
+from ops.accessor.conventions import cf_encoding, name_of
 from ops.accessor.named_calls import NAMED_DIMS
 from ops.dequant import ascend_dequant
 from ops.depth_space import depth_to_space, space_to_depth
@@ -223,6 +223,7 @@ class BoundCall:
             out_dims = op.roles(kwargs, result.ndim)
         attrs = dict(first.attrs) if isinstance(first, xr.DataArray) else {}
         out = xr.DataArray(result, dims=out_dims, attrs=attrs)
+        out.name = name_of(first) if isinstance(first, xr.DataArray) else None  # not a Dask key
         if isinstance(first, xr.DataArray) and op.moves_values:
             out.encoding.update(cf_encoding(first))  # the same kind of values, packed the same way
         return out

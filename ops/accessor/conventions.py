@@ -42,6 +42,13 @@ def cf_encoding(arr) -> dict:
     return {key: arr.encoding[key] for key in CF_ENCODING if key in arr.encoding}
 
 
+def name_of(arr):
+    """The name a result of ``arr`` carries: its name, unless xarray took it from the Dask array
+    (an unnamed lazy DataArray is named after its graph key, which means nothing to a reader)."""
+    data = arr.variable._data
+    return None if getattr(data, "name", None) == arr.name and hasattr(data, "__dask_graph__") else arr.name
+
+
 def either_dict_or_kwargs(mapping, keywords: Mapping, param: str, method: str) -> dict:
     """``mapping`` or the ``**keywords`` form of the same argument, never both.
 

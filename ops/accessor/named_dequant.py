@@ -13,6 +13,7 @@ import math
 import numpy as np
 import xarray as xr
 
+from ops.accessor import conventions
 from ops.dims import find_dims
 from ops.errors import DimensionError, InvalidArgument, MissingDims, NotApplicable
 
@@ -119,6 +120,7 @@ def dequant_by_name(src: xr.DataArray, deq_scale, *, function, dst_dtype, calc_c
         out = out.reshape(*work.shape[:-1], n_out)
     padded = n_out != n
     coords = {name: c.variable for name, c in src.coords.items() if not (padded and cols in c.dims)}
-    result = xr.DataArray(out, dims=work.dims, coords=coords, name=src.name)
+    result = xr.DataArray(out, dims=work.dims, coords=coords)
+    result.name = conventions.name_of(src)  # not a Dask key, which xarray takes for a name
     return result.transpose(*src.dims)
 

@@ -13,6 +13,7 @@ import xarray as xr
 
 from ops import _validate, registry
 from ops.accessor import conventions
+from ops.accessor.coords import _warn
 from ops.accessor.history import with_step
 from ops.errors import DimensionError, InvalidArgument, MissingDims
 
@@ -54,16 +55,20 @@ def gather_by_name(params: xr.DataArray, indices, *, batch_dims, negative_index_
     except (InvalidArgument, IndexError) as error:  # positional wording -> dim names
         raise type(error)(conventions.gather_in_dim_terms(str(error), work.dims, indices.dims)) from None
     coords = {name: c.variable for name, c in indices.coords.items() if tuple_dim not in c.dims}
-    for name, coord in params.coords.items():
-        if set(coord.dims) <= set(rest) and name not in coords:
+    for name, coord in params.coords.items():  # batch dims and the dims taken whole keep theirs
+        if set(coord.dims) <= set(rest) | set(batch) and name not in coords:
             coords[name] = coord.variable
-    if isinstance(indices.data, np.ndarray):
-        for k, dim in enumerate(indexed):
-            if dim in params.indexes and dim not in coords:
+    for k, dim in enumerate(indexed):
+        if dim in params.indexes and dim not in coords:
+            if isinstance(indices.data, np.ndarray):
                 picked = np.take(params.indexes[dim].to_numpy(), indices.data[..., k])
                 coords[dim] = xr.Variable(lead, picked, params[dim].attrs)
+            else:
+                _warn(f"gather_nd: coordinate {dim!r} dropped: the indices are lazy, so which labels the "
+                      "points pick is not known until they are computed")
     attrs = with_step(params, "gather_nd", batch_dims=b, negative_index_support=negative_index_support,
                       indexed_dims=indexed)
-    out = xr.DataArray(data, dims=(*lead, *rest), coords=coords, attrs=attrs, name=params.name)
+    out = xr.DataArray(data, dims=(*lead, *rest), coords=coords, attrs=attrs)
+    out.name = conventions.name_of(params)  # not a Dask key, which xarray takes for a name
     out.encoding.update(conventions.cf_encoding(params))
     return out

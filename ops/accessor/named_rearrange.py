@@ -48,7 +48,8 @@ def depth(arr: xr.DataArray, op: str, block_size, mode, roles: Mapping[str, str]
     plan = coords.depth_plan(arr, roles, op, factor, mode)
     attrs = with_step(arr, op, block_size=factor, mode=mode,
                       dims={r: d for r, d in roles.items() if d != _TEMPORARY_BATCH})
-    out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
+    out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs))
+    out.name = conventions.name_of(arr)  # not a Dask key, which xarray takes for a name
     out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
     if _TEMPORARY_BATCH in out.dims:
         out = out.isel({_TEMPORARY_BATCH: 0}, drop=True)
@@ -102,7 +103,8 @@ def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | Non
     key = "paddings" if op == "space_to_batch_nd" else "crops"
     attrs = with_step(arr, op, block_shape=plain_ints(block_shape), **{key: plain_ints(pairs)},
                       dims={"N": roles["N"]})
-    out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs), name=arr.name)
+    out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs))
+    out.name = conventions.name_of(arr)  # not a Dask key, which xarray takes for a name
     out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
     return out.transpose(*arr.dims)
 

@@ -54,3 +54,19 @@ def test_a_labelled_scale_aligns_by_label_through_the_registry_as_in_the_accesso
     assert through.dims == ("row", "channel") and list(through["channel"].values) == labels
     positional = ops.ascend_dequant(src.values, scale.values, dst_dtype="float32")
     assert not np.array_equal(positional, expected)  # by position it would be another answer
+
+
+def test_an_unnamed_lazy_result_stays_unnamed():
+    """xarray names a DataArray after its Dask array when no name is given; a result of an
+    unnamed input must stay unnamed (to_netcdf would write the Dask key as its variable)."""
+    import dask.array as da
+
+    x = xr.DataArray(da.zeros((1, 4, 4, 4), chunks=2), dims=("n", "y", "x", "c"))
+    src = xr.DataArray(da.zeros((4, 8), dtype=np.int32, chunks=2), dims=("row", "channel"))
+    assert x.ops.space_to_depth(2).name is None
+    assert x.ops.space_to_batch_nd(y=2, x=2).name is None
+    assert src.ops.ascend_dequant(SCALE, dst_dtype="float32").name is None
+    assert x.ops.gather_nd(xr.DataArray(np.array([[0, 1]]), dims=("p", "i"))).name is None
+    assert x.name is not None  # xarray named the input after its Dask key; the results do not take it
+    assert registry.apply("depth_to_space", {"x": x.data}, {"block_size": 2}).name is None
+    assert x.rename("t").ops.space_to_depth(2).name == "t"
