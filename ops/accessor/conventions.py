@@ -9,6 +9,8 @@ few rules left to the functions are reworded by ``in_dim_terms``.
 
 from __future__ import annotations
 
+import difflib
+
 import json
 import re
 from collections.abc import Mapping
@@ -49,12 +51,21 @@ def name_of(arr):
     return None if getattr(data, "name", None) == arr.name and hasattr(data, "__dask_graph__") else arr.name
 
 
-def either_dict_or_kwargs(mapping, keywords: Mapping, param: str, method: str) -> dict:
+def either_dict_or_kwargs(mapping, keywords: Mapping, param: str, method: str, dims=(), parameters=()) -> dict:
     """``mapping`` or the ``**keywords`` form of the same argument, never both.
 
     As ``DataArray.coarsen(dim=None, **window_kwargs)``: ``.ops.space_to_batch_nd(y=2, x=2)``
-    equals ``.ops.space_to_batch_nd({"y": 2, "x": 2})``.
+    equals ``.ops.space_to_batch_nd({"y": 2, "x": 2})``. A keyword that names none of ``dims``
+    but looks like a misspelling of one of ``parameters`` (``padings=``) is refused as such,
+    rather than taken for a dim.
     """
+    for key in keywords:
+        close = difflib.get_close_matches(key, parameters, n=1) if key not in dims else []
+        if close:  # a dim the array lacks is the later checks' business (a Dataset skips such variables)
+            raise InvalidArgument(
+                f"{method}: {key!r} is neither a dim of the array {tuple(dims)} nor a parameter of "
+                f"{method}; did you mean {close[0]}=?"
+            )
     if mapping is None:
         return dict(keywords)
     if keywords:

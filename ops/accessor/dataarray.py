@@ -213,7 +213,8 @@ class OpsAccessor:
         >>> dict(x.ops.space_to_batch_nd(y=2, x=2, paddings={"y": (1, 0)}).sizes)
         {'time': 4, 'y': 2, 'x': 2}
         """
-        blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd")
+        blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd",
+                                                   self._obj.dims, ("block_shape", "paddings", "dims", "keep_attrs"))
         return named_rearrange.checked_batch(self._obj, "space_to_batch_nd", blocks, paddings, dims, keep_attrs)
 
     def batch_to_space_nd(self, block_shape=None, crops=None, *, dims=None, keep_attrs=None,
@@ -263,7 +264,8 @@ class OpsAccessor:
         >>> dict(x.ops.batch_to_space_nd(y=2, x=2, crops={"y": (1, 0)}).sizes)
         {'time': 1, 'y': 3, 'x': 4}
         """
-        blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "batch_to_space_nd")
+        blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "batch_to_space_nd",
+                                                   self._obj.dims, ("block_shape", "crops", "dims", "keep_attrs"))
         return named_rearrange.checked_batch(self._obj, "batch_to_space_nd", blocks, crops, dims, keep_attrs)
 
     def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None, keep_attrs=None) -> xr.DataArray:

@@ -357,3 +357,12 @@ def test_pack_deq_scale_keeps_dims_of_a_dataarray():
 def test_version():
     assert ops.__version__ == importlib.metadata.version("chunked-tensor-ops")
     assert "__version__" in ops.__all__
+
+
+def test_a_misspelled_keyword_is_not_taken_for_a_dim():
+    x = xr.DataArray(np.zeros((1, 4, 4)), dims=("time", "y", "x"))
+    with pytest.raises(InvalidArgument, match=r"'padings' is neither a dim of the array \('time', 'y', 'x'\) nor a "
+                                              r"parameter of space_to_batch_nd; did you mean paddings=\?"):
+        x.ops.space_to_batch_nd(y=2, x=2, padings={"y": (1, 1)})
+    with pytest.raises(InvalidArgument, match="did you mean crops="):
+        x.ops.batch_to_space_nd(y=2, x=2, crop={"y": (1, 1)})
