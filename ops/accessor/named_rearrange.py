@@ -51,9 +51,34 @@ def depth(arr: xr.DataArray, op: str, block_size, mode, roles: Mapping[str, str]
     out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs))
     out.name = conventions.name_of(arr)  # not a Dask key, which xarray takes for a name
     out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
+    out.attrs = per_channel_attrs(arr, out, roles["C"], op)
     if _TEMPORARY_BATCH in out.dims:
         out = out.isel({_TEMPORARY_BATCH: 0}, drop=True)
     return out.transpose(*order)
+
+
+def per_channel_attrs(arr: xr.DataArray, out: xr.DataArray, channel: str, op: str) -> dict:
+    """``out``'s attrs with those holding one entry per channel of ``arr`` (rioxarray's
+    ``long_name=('B02', 'B03', ...)``) regrouped with the channels, through the result's
+    ``source_<channel>`` coordinate where each new channel has one source; dropped with a
+    warning where it has several (a raster writer refuses a per-band attr of the wrong length)."""
+    before, after = arr.sizes[channel], out.sizes[channel]
+    attrs = dict(out.attrs)
+    if before == after or before < 2:
+        return attrs
+    source = out.coords.get(f"source_{channel}")
+    for key, value in arr.attrs.items():
+        if key not in attrs or key == "transform" or isinstance(value, str) or np.ndim(value) != 1 \
+                or len(value) != before:  # (an affine transform is no per-channel list)
+            continue
+        if source is not None and source.dims == (channel,):
+            attrs[key] = type(value)(value[int(i)] for i in source.values) if isinstance(value, (list, tuple)) \
+                else np.asarray(value)[source.values]
+        else:
+            del attrs[key]
+            coords._warn(f"{op}: attribute {key!r} dropped: it holds one entry per {channel} ({before}), and each "
+                         f"of the {after} {channel}s of the result comes from several")
+    return attrs
 
 
 def checked_depth(arr: xr.DataArray, op: str, block_size, mode, dims, keep_attrs) -> xr.DataArray:

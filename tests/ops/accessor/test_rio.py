@@ -97,3 +97,20 @@ def test_zarr_round_trip_keeps_the_new_grid(tmp_path):
 
 def test_ops_does_not_import_rioxarray(fresh_imports):
     assert "rioxarray" not in fresh_imports["ops"]["modules"]
+
+
+def test_per_band_attrs_follow_the_bands_and_the_raster_can_be_written(tmp_path):
+    """rioxarray keeps per-band descriptions as tuples (``long_name``); after the band count
+    changes they are regrouped with the bands (space_to_depth: each new band has one source
+    band) or dropped with a warning (depth_to_space: several), so to_raster takes the result."""
+    import ops as ops_module
+
+    arr = _raster().assign_attrs(long_name=("B02", "B03", "B04", "B08"))
+    deeper = arr.ops.space_to_depth(2)
+    assert deeper.attrs["long_name"] == tuple(("B02", "B03", "B04", "B08")[int(b)]
+                                              for b in deeper["source_band"].values)
+    deeper.drop_vars(["source_band", "phase_y", "phase_x"]).rio.to_raster(tmp_path / "deeper.tif")
+    with pytest.warns(ops_module.CoordinateDropped, match="attribute 'long_name' dropped"):
+        shallower = deeper.ops.depth_to_space(2)
+    assert "long_name" not in shallower.attrs
+    shallower.rio.to_raster(tmp_path / "shallower.tif")
