@@ -24,6 +24,8 @@ ROLE_NAMES = {
 ROLE_LABELS = {"N": "batch", "H": "height", "W": "width", "C": "channel", "V": "vector lane"}
 ROLES = tuple(ROLE_NAMES)  # the keys a ``dims`` mapping may use
 _DEFAULT_DIM = re.compile(r"dim_\d+")
+# A role an array may simply lack, and the dim of length 1 to add for it: (name, at the end).
+_ADDED = {"N": ("batch", False), "C": ("channel", True)}
 
 
 def find_dims(dims, op: str, required: str, optional: str = "", explicit=None) -> dict[str, str]:
@@ -57,15 +59,18 @@ def find_dims(dims, op: str, required: str, optional: str = "", explicit=None) -
     if missing:
         found = ", ".join(f"{r}={roles[r]!r}" for r in roles) or "none"
         unassigned = [d for d in dims if d not in taken]
+        needs = (f"{op} needs {', '.join(f'{ROLE_LABELS[r]} ({r})' for r in missing)} dim(s) among {dims}; "
+                 f"recognised {found}.")
         if len(unassigned) == len(missing):  # the leftover dims are the likely answer
-            guesses = dict(zip(missing, unassigned))
-        else:
-            guesses = {r: f"<{ROLE_LABELS[r]} dim>" for r in missing}
-        suggestion = {**roles, **guesses}
-        raise MissingDims(
-            f"{op} needs {', '.join(f'{ROLE_LABELS[r]} ({r})' for r in missing)} dim(s) among {dims}; "
-            f"recognised {found}. Name them: .ops.{op}(..., dims={suggestion!r})"
-        )
+            raise MissingDims(f"{needs} Name them: .ops.{op}(..., dims={ {**roles, **dict(zip(missing, unassigned))}!r})")
+        guesses = {r: f"<{ROLE_LABELS[r]} dim>" for r in missing}
+        naming = f".ops.{op}(..., dims={ {**roles, **guesses}!r})"
+        if set(missing) <= set(_ADDED):  # a batch or channel the data does not have: one of length 1
+            added = ".".join(f"expand_dims({_ADDED[r][0]!r}, axis={len(dims) if _ADDED[r][1] else 0})"
+                             for r in missing)
+            raise MissingDims(f"{needs} Add it, of length 1: arr.{added}.ops.{op}(...)"
+                              + (f"; or name the one it is: {naming}" if unassigned else ""))
+        raise MissingDims(f"{needs} Name them: {naming}")
     return roles
 
 

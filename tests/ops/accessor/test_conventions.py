@@ -21,8 +21,7 @@ import xarray as xr
 import ops
 from ops.accessor import OpsAccessor, OpsDatasetAccessor
 from ops.accessor.docstrings import from_dataarray
-from ops.errors import DimensionError
-from ops.errors import InvalidArgument
+from ops.errors import DimensionError, InvalidArgument, MissingDims
 from tests.helpers import assert_same
 
 
@@ -366,3 +365,22 @@ def test_a_misspelled_keyword_is_not_taken_for_a_dim():
         x.ops.space_to_batch_nd(y=2, x=2, padings={"y": (1, 1)})
     with pytest.raises(InvalidArgument, match="did you mean crops="):
         x.ops.batch_to_space_nd(y=2, x=2, crop={"y": (1, 1)})
+
+
+@pytest.mark.parametrize("dims, call", [
+    (("time", "lat", "lon"), lambda a: a.ops.space_to_depth(2)),
+    (("time", "lat", "lon"), lambda a: a.ops.space_to_depth(2, mode="CRD")),
+    (("band", "y", "x"), lambda a: a.ops.space_to_batch_nd(y=2, x=2)),
+    (("band", "y", "x"), lambda a: a.ops.batch_to_space_nd(y=1, x=1)),
+])
+def test_the_advice_for_a_missing_batch_or_channel_dim_works_as_written(dims, call):
+    """A field without a channel dim, a raster without a batch dim: the error says which
+    expand_dims call adds it, and that call, run as written, makes the operator work."""
+    arr = xr.DataArray(np.arange(48.0).reshape(3, 4, 4), dims=dims)
+    with pytest.raises(MissingDims) as caught:
+        call(arr)
+    advice = re.search(r"arr\.((?:expand_dims\([^)]*\)\.?)+)\.ops\.", str(caught.value))
+    assert advice, caught.value
+    fixed = eval(f"arr.{advice.group(1)}", {"arr": arr})  # the advice, verbatim
+    out = call(fixed)
+    assert set(out.dims) == set(fixed.dims)
