@@ -67,18 +67,19 @@ _INVERSE = {
 
 
 class CoordinateDropped(UserWarning):
-    """A coordinate could not be kept true through an operator and was left out of the result
-    (``ops.CoordinateDropped``; silence with ``warnings.simplefilter("ignore", ops.CoordinateDropped)``)."""
+    """A coordinate (or a per-channel attr, or a Dataset's variable) could not be kept true
+    through an operator and was left out of the result (``ops.CoordinateDropped``; silence
+    with ``warnings.simplefilter("ignore", ops.CoordinateDropped)``)."""
 
 
-def _warn(message: str) -> None:
+def _warn(message: str, category: type[Warning] = CoordinateDropped) -> None:
     """Warn at the first frame outside ops and xarray (the user's line)."""
     here = os.path.dirname(os.path.dirname(__file__))  # the ops package, not just ops/accessor
     inside = (here, os.path.dirname(xr.__file__))
     level, frame = 2, sys._getframe(1)  # stacklevel 1 would be this function
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, CoordinateDropped, stacklevel=level)
+    warnings.warn(message, category, stacklevel=level)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ variables it applies to.
 
 from __future__ import annotations
 
+import warnings
+
 import xarray as xr
 
 from ops.accessor import conventions
+from ops.accessor.coords import _warn
 from ops.accessor.dataarray import OpsAccessor
 from ops.accessor.docstrings import from_dataarray
 from ops.dims import ROLE_LABELS, ROLES, find_dims
@@ -20,7 +23,8 @@ from ops.errors import DimensionError, NotApplicable
 @xr.register_dataset_accessor("ops")
 class OpsDatasetAccessor:
     """``Dataset.ops``: an operator applied to every data variable that has the dims it needs;
-    the others are left untouched (and must not share a dim whose size changes).
+    the others are left untouched, except those that share a dim whose size changes, which are
+    left out with one ``CoordinateDropped`` warning naming them.
 
     Each method takes the parameters of the ``DataArray.ops`` method of the same name and
     returns a Dataset; ``keep_attrs`` applies to the Dataset's attrs and each variable's.
@@ -48,26 +52,30 @@ class OpsDatasetAccessor:
     def _apply(self, method: str, *args, keep_attrs=None, **kwargs) -> xr.Dataset:
         ds = self._obj
         done, untouched = {}, {}
-        for name, var in ds.data_vars.items():
-            try:
-                done[name] = getattr(var.ops, method)(*args, keep_attrs=keep_attrs, **kwargs)
-            except NotApplicable:
-                untouched[name] = var
+        with warnings.catch_warnings(record=True) as seen:  # the variables share coords: warn once
+            warnings.simplefilter("always")
+            for name, var in ds.data_vars.items():
+                try:
+                    done[name] = getattr(var.ops, method)(*args, keep_attrs=keep_attrs, **kwargs)
+                except NotApplicable:
+                    untouched[name] = var
+        for category, message in dict.fromkeys((w.category, str(w.message)) for w in seen):
+            _warn(message, category)
         if not done:
             raise DimensionError(f"{method}: no data variable of the Dataset has the dims it needs")
         sizes = {}
         for out in done.values():
             sizes.update(out.sizes)
-        for name, var in untouched.items():
-            clash = [d for d in var.dims if d in sizes and var.sizes[d] != sizes[d]]
-            if clash:
-                raise DimensionError(
-                    f"{method}: data variable {name!r} lacks the dims the operator needs but shares "
-                    f"{clash}, whose size changes; drop or transform it separately"
-                )
-        variables = {**done, **untouched}
+        clashing = {name: [d for d in var.dims if d in sizes and var.sizes[d] != sizes[d]]
+                    for name, var in untouched.items()}
+        clashing = {name: dims for name, dims in clashing.items() if dims}
+        if clashing:  # they cannot stay as they are beside dims of another size, nor be transformed
+            shared = sorted({d for dims in clashing.values() for d in dims})
+            _warn(f"{method}: data variables {sorted(clashing)} left out: they lack the dims the operator "
+                  f"needs but share {shared}, whose size changes; transform them separately")
+        variables = {**done, **{k: v for k, v in untouched.items() if k not in clashing}}
         attrs = ds.attrs if conventions.keep_attrs_default(keep_attrs) else {}
-        return xr.Dataset({name: variables[name] for name in ds.data_vars}, attrs=attrs)
+        return xr.Dataset({name: variables[name] for name in ds.data_vars if name in variables}, attrs=attrs)
 
     @from_dataarray(OpsAccessor.depth_to_space, applies_to="has height, width and channel dims")
     def depth_to_space(self, block_size, *, mode="DCR", dims=None, keep_attrs=None) -> xr.Dataset:

@@ -314,9 +314,14 @@ def test_attrs_history_and_inversion():
 def test_dataset_applies_to_variables_with_the_dims():
     arr = _image()
     ds = xr.Dataset({"t2m": arr, "label": ("time", ["x", "y"]), "mask": arr.isel(band=0) > 3}, attrs={"title": "demo"})
-    with pytest.raises(DimensionError, match=r"data variable 'mask' lacks the dims the operator needs but shares \['y', 'x'\]"):
-        ds.ops.depth_to_space(2)
+    # A variable that lacks the operator's dims but shares a dim whose size changes cannot stay
+    # beside the result: it is left out, with one warning that names it.
+    with pytest.warns(ops.CoordinateDropped, match=r"data variables \['mask'\] left out: they lack the dims the "
+                                                   r"operator needs but share \['x', 'y'\]") as caught:
+        left = ds.ops.depth_to_space(2)
+    assert set(left.data_vars) == {"t2m", "label"} and len(caught) == 1
     out = ds.drop_vars("mask").ops.depth_to_space(2)
+    assert out.identical(left)
     assert_same(out["t2m"].values, arr.ops.depth_to_space(2).values)
     assert out["label"].equals(ds["label"]) and out.attrs == {"title": "demo"}
     assert_same(out.ops.invert()["t2m"].values, arr.values)
@@ -327,3 +332,12 @@ def test_dataset_applies_to_variables_with_the_dims():
     sampled = ds.ops.gather_nd(points)
     assert_same(sampled["mask"].values, ds["mask"].values[:, 1, 2][None])
     assert sampled["label"].equals(ds["label"])
+
+
+def test_a_dataset_warns_once_for_a_coordinate_its_variables_share():
+    arr = _image().assign_coords(y=[0.0, 1.0, 5.0, 6.0][: _image().sizes["y"]])
+    ds = xr.Dataset({"a": arr, "b": arr * 2})
+    with pytest.warns(ops.CoordinateDropped) as caught:
+        ds.ops.space_to_depth(2)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == len(set(messages)) and any("'y' dropped" in m for m in messages)
