@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from ops.accessor.conventions import cf_encoding, name_of
 from ops.accessor.named_calls import NAMED_DIMS
-from ops.dequant import ascend_dequant
+from ops.dequant import ascend_dequant, pack_deq_scale
 from ops.depth_space import depth_to_space, space_to_depth
 from ops.dims import ROLES, is_named
 from ops.errors import InvalidArgument, MissingInput, UnknownInput
@@ -72,6 +72,9 @@ class Operator:
     moves_values : bool
         Whether the result holds the input's values moved about (rearrangements, gathers), so
         that it keeps the input's CF packing; AscendDequant computes new values.
+    literal : callable, optional
+        ``literal(name, value, kwargs) -> array``: an array input given as a JSON list (the
+        command line's ``--param deq_scale=[...]``) in the dtype the operator takes.
     """
 
     name: str
@@ -84,6 +87,7 @@ class Operator:
     scalar_inputs: tuple[str, ...] = ()
     takes_scratch: bool = False
     moves_values: bool = True
+    literal: Callable | None = None
     keywords: tuple[str, ...] = field(init=False)
 
     def __post_init__(self):
@@ -114,6 +118,14 @@ def _batch_roles(kwargs, ndim):
     return ("batch", *(f"dim_{k}" for k in range(1, ndim)))
 
 
+def _dequant_literal(name, value, kwargs):
+    """A scale given as a JSON list: float32, packed into the uint64 form float16 output takes."""
+    if name != "deq_scale":
+        return np.asarray(value)
+    scale = np.asarray(value, dtype=np.float32)
+    return pack_deq_scale(scale) if kwargs.get("dst_dtype") == "float16" else scale
+
+
 def _gather_roles(kwargs, ndim):
     return tuple(f"dim_{k}" for k in range(ndim))
 
@@ -136,7 +148,8 @@ OPERATORS: dict[str, Operator] = {
                  takes_scratch=True),
         # No dims input: the accessor's dequant finds the columns from the scale's dim names.
         Operator("ascend_dequant", ascend_dequant, AscendDequantParams, ("src", "deq_scale"), "AscendDequant",
-                 _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",), moves_values=False),
+                 _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",), moves_values=False,
+                 literal=_dequant_literal),
     )
 }
 
@@ -278,7 +291,8 @@ def bind(name: str, inputs: Mapping[str, object]) -> BoundCall:
     required = [k for k, f in op.params.model_fields.items() if f.is_required() and k not in kwargs]
     if required:
         raise MissingInput(f"{name} needs the parameter {required[0]!r}", required[0], "parameter")
-    arrays = {k: _array_value(op, k, inputs[k]) for k in op.array_inputs}
+    arrays = {k: _array_value(op, k, op.literal(k, inputs[k], kwargs) if op.literal and isinstance(
+        inputs[k], (list, tuple)) else inputs[k]) for k in op.array_inputs}
     return BoundCall(op, arrays, kwargs, None if dims is None else dict(dims))
 
 

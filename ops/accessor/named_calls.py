@@ -1,6 +1,8 @@
 """Named calls for the registry: each adapter runs the ``.ops`` accessor on DataArray inputs
-whose dims it recognises (or that come with a ``dims`` mapping), or returns None so that the
-plain function runs positionally (``ops.registry.apply``).
+with dim names of their own (or a ``dims`` mapping), or returns None so that the plain
+function runs positionally (``ops.registry.apply``) on arrays whose dims are xarray's
+``dim_0, dim_1, ...``. Names the accessor cannot map to the operator's roles are refused with
+its message (which says how to name them), never read by position.
 
 The registry imports this module, and ``ops.accessor.dataarray`` imports the registry: so the
 adapters reach the accessor through ``DataArray.ops`` (registered by ``import ops``), not by
@@ -9,11 +11,13 @@ importing it, and this module imports nothing of its package.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import xarray as xr
 
 from ops.dims import is_named, layout_of
-from ops.errors import InvalidArgument, MissingDims
+from ops.errors import InvalidArgument
 
 
 def _depth_adapter(op: str):
@@ -21,12 +25,7 @@ def _depth_adapter(op: str):
         x = arrays["x"]
         if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
             return None
-        try:
-            roles = x.ops._depth_roles(op, dims)
-        except MissingDims:
-            if dims:
-                raise
-            return None  # names the accessor does not know: positional, by data_format
+        roles = x.ops._depth_roles(op, dims)  # names it does not know: refused, never read by position
         found = layout_of(x.dims, roles)
         asked = kwargs.get("data_format")
         if asked is not None and asked != found:
@@ -47,6 +46,8 @@ def _batch_nd_adapter(op: str, pairs_name: str):
         batch = (dims or {}).get("N", x.dims[0])
         spatial = [d for d in x.dims if d != batch]
         blocks, rows = kwargs.get("block_shape"), kwargs.get(pairs_name)
+        if isinstance(blocks, Mapping):  # the accessor's own form, {"lat": 2, "lon": 2}: by name
+            return getattr(x.ops, op)(blocks, rows, dims=dims)
         blocks = blocks.tolist() if isinstance(blocks, np.ndarray) else blocks
         rows = rows.tolist() if isinstance(rows, np.ndarray) else rows
         # Shapes the mapping form cannot express: the plain function names the broken rule.
@@ -64,12 +65,7 @@ def _space_to_batch_adapter(arrays, kwargs, dims):
     x = arrays["x"]
     if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
         return None
-    try:
-        roles = x.ops._square_roles(dims)
-    except MissingDims:
-        if dims:
-            raise
-        return None
+    roles = x.ops._square_roles(dims)
     return x.ops._space_to_batch(kwargs["block_size"], kwargs["paddings"], roles)
 
 

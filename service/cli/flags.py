@@ -11,12 +11,15 @@ from ops import registry
 from ops.errors import InvalidArgument, MissingInput
 from service.cli.run_errors import usage
 
-def parse_value(text: str):
+def parse_value(text: str, name: str = "VALUE"):
     """A ``--param`` value: JSON (``2``, ``[[1,1],[0,0]]``, ``true``, ``"DCR"``), or the text
-    itself when it is not JSON (``DCR``, ``float16``)."""
+    itself when it is not JSON (``DCR``, ``float16``). Text that starts as a JSON list, object
+    or string but does not parse is a usage error naming the parameter, not a string."""
     try:
         return json.loads(text)
-    except ValueError:
+    except ValueError as error:
+        if text.lstrip()[:1] in ("[", "{", '"'):
+            raise usage(f"--param {name}: invalid JSON ({error}): {text}") from None
         return text
 
 
@@ -29,7 +32,7 @@ def parse_params(items: list[str]) -> dict[str, object]:
             raise usage(f"--param must be NAME=VALUE (VALUE as JSON), got {item!r}")
         if name in params:
             raise usage(f"--param {name} is given twice")
-        params[name] = parse_value(text)
+        params[name] = parse_value(text, name)
     return params
 
 

@@ -60,6 +60,7 @@ class RunPlan:
     variable: str
     scratch: dict | None = None   # GatherNd's intermediate files: {"url", "storage_options"}
     remove_scratch: Callable[[], bool] = lambda: False  # whether anything was there
+    overwrite: bool = False       # --overwrite: an existing output is replaced
 
     @property
     def op(self) -> registry.Operator:
@@ -137,7 +138,7 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
-    return RunPlan(call, opened, result, target, variable, scratch, remove_scratch)
+    return RunPlan(call, opened, result, target, variable, scratch, remove_scratch, overwrite)
 
 
 def _scratch(target, settings) -> tuple[dict, Callable[[], bool]]:
@@ -183,7 +184,8 @@ def describe_plan(plan: RunPlan) -> list[str]:
         where = f"{i.path} variable {i.variable}" if i.variable else i.path
         lines.append(f"input {i.role}: {where}: {_describe(i.array)}")
         read += _nbytes(i.array.shape, i.array.dtype)
-    taken = " (exists: the run needs --overwrite)" if plan.output.exists() else ""
+    taken = (" (exists: the run replaces it)" if plan.overwrite else " (exists: the run needs --overwrite)") \
+        if plan.output.exists() else ""
     lines.append(f"output: {plan.output}{taken} variable {plan.variable}: {_describe(plan.result)}")
     lines.append(f"tasks: {len(optimized.__dask_graph__())} (after Dask's graph optimization; "
                  f"{len(graph.__dask_graph__())} before)")
