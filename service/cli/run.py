@@ -25,6 +25,7 @@ import math
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -81,7 +82,10 @@ class RunPlan:
         # to_zarr's encoding replaces a variable's own: the packing goes with the chunks
         encoding = {self.variable: {**ds[self.variable].encoding, "chunks": self.output_chunks}} \
             if self.result.ndim else {}
-        with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
+        with ops.fusing_stores(), warnings.catch_warnings():  # to_zarr optimizes the graph as it builds it
+            # Consolidated metadata is what xarray opens fastest; zarr's note that v3 has no such
+            # thing yet is not the user's business.
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
             return ds.to_zarr(target, zarr_format=3, consolidated=True, compute=False, mode="w", encoding=encoding)
 
     @property
@@ -135,7 +139,8 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
         raise usage(str(error)) from None
     result.encoding = cf_encoding(result)  # the input's packing; its chunks and codecs are not the output's
     if result.ndim:
-        result = result.chunk(dict(zip(result.dims, zarr_chunks(result.chunks))))
+        # the data only: coordinates keep their own (one chunk), not one file per output block
+        result = result.copy(data=result.data.rechunk(zarr_chunks(result.chunks)))
     first = next((i for i in opened if i.role == op.array_inputs[0]), None)
     variable = output_variable or (first.variable if first and first.variable else RESULT_VARIABLE)
     return RunPlan(call, opened, result, target, variable, scratch, remove_scratch, overwrite)
