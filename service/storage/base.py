@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +27,8 @@ import xarray as xr
 import ops
 from service.errors import conflict, too_large
 from service.storage import npy
+from service.storage.blocks import DecodedBlocks
+from service.storage.budgets import Budgets
 from service.storage.chunk_order import c_order_regions
 from service.storage.names import KEY_PART, check_name
 from service.storage.raw_dtypes import DTYPE_ATTR, from_stored, to_stored
@@ -84,6 +87,8 @@ class StoreBase:
         The size aimed at for one stored chunk and one piece of an NPY download.
     max_upload_bytes : int
         The largest array an upload or a job may store.
+    budgets : Budgets, optional
+        What one stored array may cost (default: the settings' defaults).
 
     Attributes
     ----------
@@ -96,12 +101,16 @@ class StoreBase:
     scratch_root: tuple[str, dict] | None = None
     upload_class: type[NpyUpload] = NpyUpload
 
-    def __init__(self, root: Path | str, state_dir: Path, *, chunk_bytes: int, max_upload_bytes: int):
+    def __init__(self, root: Path | str, state_dir: Path, *, chunk_bytes: int, max_upload_bytes: int,
+                 budgets: Budgets | None = None):
         self.root = root
         self.state_dir = Path(state_dir).resolve()
         self.tmp = self.state_dir / "tmp"
         self.chunk_bytes = chunk_bytes
         self.max_upload_bytes = max_upload_bytes
+        self.budgets = budgets or Budgets.of()
+        self._quota_lock = threading.Lock()
+        self._held = 0  # bytes of the disk quota held by uploads being built
         self.tmp.mkdir(parents=True, exist_ok=True)
 
     # --- local directories ----------------------------------------------------------------
@@ -164,19 +173,21 @@ class StoreBase:
 
     def iter_npy(self, name: str, piece_bytes: int | None = None) -> tuple[np.dtype, int, Iterator[bytes]]:
         """(dtype, byte length, the NPY bytes in pieces): C order, produced slab by slab, never
-        whole in memory."""
+        whole in memory; each stored chunk is decoded once while it fits beside the others
+        still needed (four pieces' worth, or one chunk of up to ``max_chunk_bytes``)."""
         arr = self.open(name, pinned=True)
         dtype = np.dtype(arr.dtype)
         wire, _ = npy.wire_dtype(dtype)
         data = da.asarray(arr.data)  # a 0-d variable opens as NumPy
         target = piece_bytes or self.chunk_bytes
         header = npy.header_bytes(dtype, arr.shape)
+        chunk = math.prod(data.chunksize) * dtype.itemsize
+        blocks = DecodedBlocks(data, max(4 * target, min(chunk, self.budgets.max_chunk_bytes)))
 
         def pieces():
             yield header
             for region in c_order_regions(arr.shape, data.chunksize, dtype.itemsize, target):
-                block = np.asarray(data[region].compute(scheduler="threads"))
-                yield np.ascontiguousarray(block).view(wire).tobytes()
+                yield np.ascontiguousarray(blocks.read(region)).view(wire).tobytes()
 
         return dtype, len(header) + math.prod(arr.shape) * dtype.itemsize, pieces()
 
@@ -194,10 +205,35 @@ class StoreBase:
         ds.attrs = dict(group_attrs or {})
         # A zero-length axis has Dask blocks of length 0, and a Zarr chunk is at least 1 long
         # (zarr 3.2 and newer refuse 0).
-        encoding = {variable: {"chunks": tuple(max(1, c) for c in chunks)}} if stored.ndim else {}
+        chunks = tuple(max(1, c) for c in chunks)
+        self.budgets.check_grid(f"array {variable!r}", stored.shape, chunks, np.dtype(stored.dtype).itemsize,
+                                too_large)
+        encoding = {variable: {"chunks": chunks}} if stored.ndim else {}
         with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
             return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
                               encoding=encoding)
+
+    def hold_quota(self, name: str, nbytes: int, overwrite: bool) -> Callable[[], None]:
+        """Hold ``nbytes`` of the disk quota for array ``name`` while it is built; returns what
+        gives them back. 413 when the stored arrays (less ``name`` if it is replaced), what
+        other uploads hold and ``nbytes`` would pass ``disk_quota_bytes``."""
+        quota = self.budgets.disk_quota_bytes
+        if quota is None:
+            return lambda: None
+        with self._quota_lock:
+            used = self.stored_bytes() + self._held
+            if overwrite and self.exists(name):
+                used -= self.stored_bytes(name)
+            if used + nbytes > quota:
+                raise too_large(f"array {name!r} ({nbytes} bytes) would bring the stored arrays to {used + nbytes} "
+                                f"bytes, {self.budgets.over('disk_quota_bytes')}; delete arrays or ask the operator "
+                                "for room")
+            self._held += nbytes
+
+        def release() -> None:
+            with self._quota_lock:
+                self._held -= nbytes
+        return release
 
     def npy_upload(self, name: str, *, dims: str | None, chunks: str | None, declared_dtype: str | None,
                    overwrite: bool) -> NpyUpload:

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +37,26 @@ import zarr
 
 from service.errors import bad_request, no_such_array
 from service.storage.base import KeyPieces, StoreBase, key_parts, open_variable
+from service.storage.budgets import Budgets
 from service.storage.metadata import Located, located
 from service.storage.names import NAME, check_name
 from service.storage.pins import PinnedStore, Pins
 from service.storage.publish import publish_group
+
+
+def _entries(folder: Path) -> Iterator[os.DirEntry]:
+    """Every entry under ``folder``, depth first, not following symbolic links; a folder
+    removed meanwhile (an array deleted) has none."""
+    folders = [folder]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as entries:
+                for entry in entries:
+                    yield entry
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(Path(entry.path))
+        except FileNotFoundError:
+            continue
 
 
 @dataclass
@@ -81,11 +98,13 @@ class ArrayStore(StoreBase):
         The size aimed at for one stored chunk and one piece of an NPY download.
     max_upload_bytes : int
         The largest array an upload or a job may store.
+    budgets : Budgets, optional
+        What one stored array may cost (default: the settings' defaults).
     """
 
-    def __init__(self, root: Path, *, chunk_bytes: int, max_upload_bytes: int):
+    def __init__(self, root: Path, *, chunk_bytes: int, max_upload_bytes: int, budgets: Budgets | None = None):
         root = Path(root).resolve()
-        super().__init__(root, root, chunk_bytes=chunk_bytes, max_upload_bytes=max_upload_bytes)
+        super().__init__(root, root, chunk_bytes=chunk_bytes, max_upload_bytes=max_upload_bytes, budgets=budgets)
         self.arrays = self.root / "arrays"
         self.arrays.mkdir(parents=True, exist_ok=True)
         self._pins = Pins()
@@ -105,15 +124,16 @@ class ArrayStore(StoreBase):
     def _refuse_links(name: str, group: Path) -> None:
         """Refuse a group holding a symbolic link (the service never makes one, uploads cannot):
         reading through it could leave the data root. One directory scan, before any chunk is read."""
-        folders = [group]
-        while folders:
-            with os.scandir(folders.pop()) as entries:
-                for entry in entries:
-                    if entry.is_symlink():
-                        raise bad_request(f"array name {name!r} does not resolve inside the data root "
-                                          f"(it holds a symbolic link, {entry.name!r})")
-                    if entry.is_dir(follow_symlinks=False):
-                        folders.append(Path(entry.path))
+        for entry in _entries(group):
+            if entry.is_symlink():
+                raise bad_request(f"array name {name!r} does not resolve inside the data root "
+                                  f"(it holds a symbolic link, {entry.name!r})")
+
+    def stored_bytes(self, name: str | None = None) -> int:
+        """The bytes of the files of every stored array (of array ``name``, when given)."""
+        return sum(entry.stat(follow_symlinks=False).st_size
+                   for entry in _entries(self.arrays if name is None else self.path(name))
+                   if entry.is_file(follow_symlinks=False))
 
     def exists(self, name: str) -> bool:
         path = self.path(name)

@@ -39,6 +39,7 @@ from zarr.storage import FsspecStore
 from service.errors import PROJECT, ServiceError, conflict, no_such_array
 from service.settings import Settings
 from service.storage.base import KeyPieces, StoreBase, key_parts, open_variable
+from service.storage.budgets import Budgets
 from service.storage.fsspec_store import ObjectStore
 from service.storage.local import ArrayStore
 from service.storage.metadata import Located, located
@@ -61,13 +62,14 @@ class StorageUnavailable(RuntimeError):
 
 def open_store(settings: Settings) -> ArrayStorage:
     """The array store of ``settings.data_root``: a local directory or an ``s3://`` URL."""
+    sizes = dict(chunk_bytes=settings.chunk_bytes, max_upload_bytes=settings.max_upload_bytes,
+                 budgets=Budgets.of(settings))
     if not settings.remote:
-        store = ArrayStore(settings.data_root, chunk_bytes=settings.chunk_bytes,
-                           max_upload_bytes=settings.max_upload_bytes)
+        store = ArrayStore(settings.data_root, **sizes)
     else:
         store = ObjectArrayStore(settings.data_root, options=storage_options(settings),
-                                 state_dir=settings.state_dir or Path("state"), chunk_bytes=settings.chunk_bytes,
-                                 max_upload_bytes=settings.max_upload_bytes, create_bucket=settings.s3_create_bucket)
+                                 state_dir=settings.state_dir or Path("state"), create_bucket=settings.s3_create_bucket,
+                                 **sizes)
     if settings.scratch:
         store.scratch_root = scratch_root(settings)
     elif settings.remote and settings.scheduler is None:
@@ -157,6 +159,8 @@ class ObjectArrayStore(StoreBase):
         The largest array an upload or a job may store.
     create_bucket : bool
         Create the bucket when it does not exist (else the store refuses to start).
+    budgets : Budgets, optional
+        What one stored array may cost (default: the settings' defaults).
 
     Attributes
     ----------
@@ -170,7 +174,7 @@ class ObjectArrayStore(StoreBase):
     upload_class = _GuardedNpyUpload
 
     def __init__(self, url: str, *, options: dict, state_dir: Path, chunk_bytes: int, max_upload_bytes: int,
-                 create_bucket: bool = False):
+                 create_bucket: bool = False, budgets: Budgets | None = None):
         import s3fs  # only a service with an s3:// data root needs it
 
         match = _URL.fullmatch(url.rstrip("/"))
@@ -180,7 +184,8 @@ class ObjectArrayStore(StoreBase):
         prefix = (match.group(2) or "").strip("/")
         self.base = f"{self.bucket}/{prefix}" if prefix else self.bucket
         self.url = f"s3://{self.base}"
-        super().__init__(self.url, state_dir, chunk_bytes=chunk_bytes, max_upload_bytes=max_upload_bytes)
+        super().__init__(self.url, state_dir, chunk_bytes=chunk_bytes, max_upload_bytes=max_upload_bytes,
+                         budgets=budgets)
         self.options = options
         # Scrubbed from every message (a value too short to be a real credential would only
         # mangle the text around it).
@@ -295,6 +300,18 @@ class ObjectArrayStore(StoreBase):
         except FileNotFoundError:
             raise no_such_array(name) from None
         return located(name, version, group)
+
+    @_storage_failures_as_503
+    def stored_bytes(self, name: str | None = None) -> int:
+        """The bytes of every version in the bucket (published ones, and those being built), or
+        of the current version of array ``name``."""
+        version = None if name is None else self._current(name)
+        if name is not None and version is None:
+            return 0
+        try:
+            return int(self.fs.du(f"{self.base}/versions" if version is None else version.path, total=True))
+        except FileNotFoundError:
+            return 0
 
     @_storage_failures_as_503
     def sweep(self) -> None:

@@ -22,14 +22,12 @@ import zarr
 from ops import dtypes
 from service.errors import bad_request, conflict, too_large
 from service.storage import npy
+from service.storage.chunk_check import Refused, check_chunks
 from service.storage.chunk_order import stream_chunks
 from service.storage.names import check_name, parse_chunks, parse_dims
 from service.storage.raw_dtypes import from_stored, stored_block, stored_dtype
 from service.storage.zip_checks import ZipStoreError, ZipTooLarge
 from service.storage.zip_extract import extract_zarr_zip
-
-# The largest chunk (or shard) an uploaded Zarr store may declare.
-MAX_CHUNK_BYTES = 512 * 2**20
 
 
 class NpyUpload:
@@ -49,6 +47,7 @@ class NpyUpload:
         self.received = 0
         self._written = 0  # data bytes written so far
         self._built = None  # the location being built (ArrayStore.new_version)
+        self._release = lambda: None  # gives back the disk quota the upload holds
 
     @property
     def pending(self) -> int:
@@ -63,21 +62,34 @@ class NpyUpload:
                                            declared_dtype=self._declared)
             if self.header is not None:
                 del self._buffer[: self.header.data_offset]
+                self._plan()
         if self.header is not None and self._written + len(self._buffer) > self.header.nbytes:
             raise npy.NpyError(
                 f"NPY body: declared {self.header.nbytes} data bytes, got more "
                 f"({self._written + len(self._buffer)} so far)"
             )
 
-    def _prepare(self) -> None:
+    def _plan(self) -> None:
+        """The array's dims and chunks, checked against the store's budgets as soon as the
+        header is in (arithmetic only: ``feed`` runs on the event loop)."""
         h = self.header
         # Fortran-order data is the C-order data of the reversed shape, transposed.
-        shape = h.shape[::-1] if h.fortran_order else h.shape
+        self._shape = h.shape[::-1] if h.fortran_order else h.shape
         self._dtype = h.dtype.newbyteorder("<") if h.dtype.byteorder == ">" else h.dtype
-        self._stored = stored_dtype(self._dtype)
         self._dims = parse_dims(self._dims_text, len(h.shape)) or tuple(f"dim_{k}" for k in range(len(h.shape)))
         self._final_chunks = parse_chunks(self._chunks_text, h.shape)
-        self._stream_chunks = stream_chunks(shape, self._dtype.itemsize, self.store.chunk_bytes)
+        self._stream_chunks = stream_chunks(self._shape, self._dtype.itemsize, self.store.chunk_bytes)
+        budgets = self.store.budgets
+        budgets.check_grid("the NPY, stored", self._shape, self._stream_chunks,
+                           self._dtype.itemsize, too_large)
+        if self._final_chunks is not None:
+            budgets.check_grid("?chunks=", h.shape, self._final_chunks, self._dtype.itemsize, bad_request)
+
+    def _prepare(self) -> None:
+        h = self.header
+        shape = self._shape
+        self._release = self.store.hold_quota(self.name, h.nbytes, self.overwrite)
+        self._stored = stored_dtype(self._dtype)
         self._built = self.store.new_version("npy-")
         self._direct = not h.fortran_order and self._final_chunks in (None, self._stream_chunks)
         if self._direct:
@@ -90,7 +102,6 @@ class NpyUpload:
                                              chunks=self._stream_chunks, zarr_format=3, fill_value=0)
         grid = [range(math.ceil(n / c)) for n, c in zip(shape, self._stream_chunks)]
         self._regions = list(itertools.product(*grid))  # C order: the order the bytes arrive in
-        self._shape = shape
         self._chunk_index = 0
 
     def flush(self) -> None:
@@ -144,6 +155,22 @@ class NpyUpload:
         if self._built is not None:
             self.store.discard(self._built)
             self._built = None
+        self._release()
+        self._release = lambda: None
+
+
+def _unpack(store, archive: Path, unpacked: Path) -> Path:
+    """Extract the archive into ``unpacked`` and check it: its entries, its Zarr metadata
+    against the store's budgets, then every chunk decoded in a subprocess; its store root."""
+    budgets = store.budgets
+    try:
+        root = extract_zarr_zip(archive, unpacked, max_bytes=store.max_upload_bytes,
+                                max_chunk_bytes=budgets.max_chunk_bytes, budgets=budgets)
+        check_chunks(root, budgets)
+    except (ZipTooLarge, ZipStoreError, Refused) as error:
+        too_big = isinstance(error, ZipTooLarge) or getattr(error, "status", 400) == 413
+        raise (too_large if too_big else bad_request)(str(error)) from None
+    return root
 
 
 def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: str | None,
@@ -155,17 +182,13 @@ def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: s
         raise conflict(f"an array named {name!r} exists; use ?overwrite=true to replace it")
     unpacked = store.spool_dir("unzip-")
     built = store.new_version("zip-")
+    release = None
     try:
+        root = _unpack(store, archive, unpacked)
         try:
-            root = extract_zarr_zip(archive, unpacked, max_bytes=store.max_upload_bytes,
-                                    max_chunk_bytes=min(MAX_CHUNK_BYTES, store.max_upload_bytes))
-        except ZipTooLarge as error:
-            raise too_large(str(error)) from None
-        except ZipStoreError as error:
-            raise bad_request(str(error)) from None
-        try:
-            ds = xr.open_zarr(root, zarr_format=3, mask_and_scale=False, chunks={},
-                              consolidated=None)
+            # Each array's own zarr.json, which the checks above have read (consolidated
+            # metadata, which Zarr would otherwise trust, may say something else).
+            ds = xr.open_zarr(root, zarr_format=3, mask_and_scale=False, chunks={}, consolidated=False)
         except Exception as error:  # whatever zarr/xarray refuse in a client's store
             raise bad_request(f"the zip does not hold a readable Zarr v3 store: {error}") from None
         names = [str(v) for v in ds.data_vars]
@@ -183,15 +206,24 @@ def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: s
             raise bad_request(str(error)) from None
         if dims is not None:
             arr = arr.rename(dict(zip(arr.dims, parse_dims(dims, arr.ndim))))
-        wanted = parse_chunks(chunks, arr.shape) or tuple(c[0] if c else 1 for c in arr.chunks)
+        wanted = parse_chunks(chunks, arr.shape)
+        if wanted is not None:
+            store.budgets.check_grid("?chunks=", arr.shape, wanted, arr.dtype.itemsize, bad_request)
+        wanted = wanted or tuple(c[0] if c else 1 for c in arr.chunks)
         arr = arr.chunk(dict(zip(arr.dims, wanted)))
         for coord in arr.coords.values():
             coord.encoding = {}
         arr.encoding = {}
+        release = store.hold_quota(name, arr.nbytes + sum(c.nbytes for c in arr.coords.values()), overwrite)
         fill = store.write_skeleton(built, arr, wanted, variable, group_attrs=ds.attrs)
-        dask.compute(fill, scheduler="threads")
+        try:
+            dask.compute(fill, scheduler="threads")
+        except (ValueError, RuntimeError) as error:  # a chunk Zarr refuses that the checker let through
+            raise bad_request(f"the zip's chunks cannot be decoded: {type(error).__name__}: {error}") from None
         store.publish(built, name, overwrite)
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
         store.discard(built)
+        if release is not None:
+            release()
     return store.info(name)

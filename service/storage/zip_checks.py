@@ -5,17 +5,24 @@ codecs, and the sizes they imply); :func:`check_node` checks a ``zarr.json`` or 
 group's consolidated metadata, recursively. ``service.storage.zip_extract`` runs them on every
 ``zarr.json`` of an archive after extracting it.
 
+With the service's ``budgets`` (``service.storage.budgets.Budgets``) they also check what an
+array may cost before any of it is decoded: its chunk count, the inner chunks of a shard, the
+order of its codecs, its chunk key encoding, its ``dimension_names`` and the size of its strings.
+
 Every refusal raises :class:`ZipStoreError` (a :class:`ValueError`) whose message names the
 entry, the rule and the offending value; an archive or array that is too big raises its subclass
 :class:`ZipTooLarge` (the service answers 413 for it and 400/422 for the others).
 
-Only the standard library is used: nothing here imports zarr.
+Nothing here imports zarr.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import pathlib
+
+from service.storage.budgets import Budgets, chunk_count, over
 
 __all__ = [
     "ALLOWED_CODECS",
@@ -57,6 +64,18 @@ ITEMSIZES: dict[str, int] = {
 ALLOWED_CODECS = frozenset(
     {"bytes", "transpose", "zstd", "blosc", "gzip", "crc32c", "sharding_indexed", "vlen-utf8"}
 )
+
+#: The codecs of each kind, in the order a codec list holds them (Zarr v3: array -> array,
+#: one array -> bytes, bytes -> bytes).
+ARRAY_TO_ARRAY = frozenset({"transpose"})
+ARRAY_TO_BYTES = frozenset({"bytes", "vlen-utf8", "sharding_indexed"})
+BYTES_TO_BYTES = frozenset({"zstd", "blosc", "gzip", "crc32c"})
+
+#: The chunk key encodings Zarr v3 defines, and each one's default separator.
+KEY_ENCODINGS = {"default": "/", "v2": "."}
+
+#: The longest dimension name accepted, in characters.
+MAX_DIMENSION_NAME = 256
 
 #: The hint every refusal of a Zarr v2 store gives.
 V3_HINT = (
@@ -119,19 +138,70 @@ def _codec_name(codec: object, where: str) -> tuple[str, object]:
     )
 
 
+def _more_than(budgets: Budgets | None, setting: str, argument: str, limit: int) -> str:
+    """How a refusal ends: with the service's ``budgets``, the setting that raises ``limit``;
+    without, the argument's name."""
+    return over(setting, limit) if budgets is not None else f"more than {argument}={limit}"
+
+
+def _check_codec_order(names: list[str], where: str, *, data_type: str, sharded: bool) -> None:
+    """Array -> array codecs, then one array -> bytes codec that fits the data type, then
+    bytes -> bytes codecs (none after ``sharding_indexed``, and no sharding inside a shard)."""
+    kinds = [0 if n in ARRAY_TO_ARRAY else 1 if n in ARRAY_TO_BYTES else 2 for n in names]
+    if kinds != sorted(kinds) or kinds.count(1) != 1:
+        raise ZipStoreError(
+            f"{where}: codecs {names} must be array -> array codecs ({', '.join(sorted(ARRAY_TO_ARRAY))}), "
+            f"then one of {', '.join(sorted(ARRAY_TO_BYTES))}, then bytes -> bytes codecs "
+            f"({', '.join(sorted(BYTES_TO_BYTES))})"
+        )
+    serializer = names[kinds.index(1)]
+    if serializer == "sharding_indexed":
+        if sharded:
+            raise ZipStoreError(f"{where}: sharding_indexed inside a shard is not accepted")
+        if kinds[-1] == 2:
+            raise ZipStoreError(f"{where}: codecs after sharding_indexed are not accepted (put them inside it)")
+    elif (data_type == "string") != (serializer == "vlen-utf8"):
+        raise ZipStoreError(
+            f"{where}: data_type {data_type} cannot be encoded by {serializer!r} "
+            "(strings take vlen-utf8, every other data type bytes)"
+        )
+
+
+def _check_shard(config: dict, where: str, *, shard: list[int], inner: list[int], budgets: Budgets) -> None:
+    """A shard's inner grid and index: whole inner chunks, at most ``max_shard_chunks`` of them,
+    and an index Zarr reads with a fixed size (``bytes``, optionally ``crc32c``) at either end."""
+    if any(s % c for s, c in zip(shard, inner)):
+        raise ZipStoreError(f"{where}: the shard shape {shard} is not a multiple of sharding_indexed chunk_shape {inner}")
+    count = math.prod(s // c for s, c in zip(shard, inner))
+    if count > budgets.max_shard_chunks:
+        raise ZipTooLarge(
+            f"{where}: shards of {shard} hold {count} inner chunks of {inner}, {budgets.over('max_shard_chunks')}"
+        )
+    index = [_codec_name(codec, where)[0] for codec in config.get("index_codecs") or ["bytes", "crc32c"]]
+    if index not in (["bytes"], ["bytes", "crc32c"]):
+        raise ZipStoreError(f"{where}: sharding_indexed index_codecs must be bytes, optionally then crc32c, got {index}")
+    if config.get("index_location", "end") not in ("start", "end"):
+        raise ZipStoreError(f"{where}: sharding_indexed index_location must be 'start' or 'end', "
+                            f"got {config.get('index_location')!r:.50}")
+
+
 def _check_codecs(
     codecs: object,
     where: str,
     *,
-    ndim: int,
+    chunk_shape: list[int],
     itemsize: int,
     data_type: str,
     max_chunk_bytes: int,
+    budgets: Budgets | None = None,
+    sharded: bool = False,
 ) -> None:
     if not isinstance(codecs, list):
         raise ZipStoreError(f"{where} must be a list of codecs, got {codecs!r:.200}")
+    names = []
     for codec in codecs:
         name, config = _codec_name(codec, where)
+        names.append(name)
         if name not in ALLOWED_CODECS:
             raise ZipStoreError(
                 f"{where}: unknown codec {name!r:.200}; allowed codecs: "
@@ -147,34 +217,27 @@ def _check_codecs(
         inner = _check_shape(
             config.get("chunk_shape"), "sharding_indexed chunk_shape", positive=True
         )
-        if len(inner) != ndim:
+        if len(inner) != len(chunk_shape):
             raise ZipStoreError(
                 f"sharding_indexed chunk_shape {inner} has {len(inner)} dimensions, "
-                f"the array has {ndim}"
+                f"the array has {len(chunk_shape)}"
             )
         nbytes = _nbytes(inner, itemsize, max_chunk_bytes)
         if nbytes > max_chunk_bytes:
             raise ZipTooLarge(
                 f"sharding_indexed chunk_shape {inner} of {data_type} is {nbytes} bytes or more, "
-                f"more than max_chunk_bytes={max_chunk_bytes}"
+                f"{_more_than(budgets, 'max_chunk_bytes', 'max_chunk_bytes', max_chunk_bytes)}"
             )
-        _check_codecs(
-            config.get("codecs"),
-            f"{where} > sharding_indexed codecs",
-            ndim=ndim,
-            itemsize=itemsize,
-            data_type=data_type,
-            max_chunk_bytes=max_chunk_bytes,
-        )
+        limits = dict(itemsize=itemsize, max_chunk_bytes=max_chunk_bytes, budgets=budgets)
+        _check_codecs(config.get("codecs"), f"{where} > sharding_indexed codecs", chunk_shape=inner,
+                      data_type=data_type, sharded=True, **limits)
         if config.get("index_codecs") is not None:
-            _check_codecs(
-                config["index_codecs"],
-                f"{where} > sharding_indexed index_codecs",
-                ndim=ndim,
-                itemsize=itemsize,
-                data_type=data_type,
-                max_chunk_bytes=max_chunk_bytes,
-            )
+            _check_codecs(config["index_codecs"], f"{where} > sharding_indexed index_codecs",
+                          chunk_shape=inner, data_type=data_type, **{**limits, "budgets": None})
+        if budgets is not None:
+            _check_shard(config, where, shard=chunk_shape, inner=inner, budgets=budgets)
+    if budgets is not None:
+        _check_codec_order(names, where, data_type=data_type, sharded=sharded)
 
 
 def _fixed_length_string(data_type) -> int | None:
@@ -187,7 +250,55 @@ def _fixed_length_string(data_type) -> int | None:
     return length
 
 
-def check_array_metadata(meta: dict, *, max_bytes: int, max_chunk_bytes: int) -> None:
+def _check_dimension_names(names: object, ndim: int) -> None:
+    """None, or one name per axis: distinct strings of 1-256 printable characters, or None."""
+    if names is None:
+        return
+    if not isinstance(names, list) or len(names) != ndim:
+        raise ZipStoreError(f"dimension_names must be a list of {ndim} names (one per axis) or null, "
+                            f"got {names!r:.200}")
+    for name in names:
+        if name is not None and not (isinstance(name, str) and 0 < len(name) <= MAX_DIMENSION_NAME
+                                     and name.isprintable()):
+            raise ZipStoreError(f"dimension_names {names!r:.200}: each must be null or a string of 1-"
+                                f"{MAX_DIMENSION_NAME} printable characters, got {name!r:.100}")
+    named = [name for name in names if name is not None]
+    if len(set(named)) != len(named):
+        raise ZipStoreError(f"dimension_names {names!r:.200} repeat a name")
+
+
+def _check_key_encoding(encoding: object) -> None:
+    """``default`` or ``v2``, with a separator of ``/`` or ``.`` (absent: ``default``, ``/``)."""
+    if encoding is None:
+        return
+    name, config = _codec_name(encoding, "chunk_key_encoding")
+    separator = (config or {}).get("separator", KEY_ENCODINGS.get(name)) if isinstance(config, dict | None) else None
+    if name not in KEY_ENCODINGS or separator not in ("/", "."):
+        raise ZipStoreError(f"chunk_key_encoding must be 'default' or 'v2' with separator '/' or '.', "
+                            f"got {encoding!r:.200}")
+
+
+def _check_budgets(meta: dict, *, shape: list[int], chunk_shape: list[int], itemsize: int, data_type: str,
+                   max_bytes: int, budgets: Budgets) -> None:
+    """What decoding the array would cost: its chunk count, every chunk decoded (edge chunks are
+    stored whole), and the bytes of its fixed-length strings."""
+    count = chunk_count(shape, chunk_shape)
+    if count > budgets.max_chunks:
+        raise ZipTooLarge(f"chunk_shape {chunk_shape} cuts shape {shape!s:.200} into {count} chunks, "
+                          f"{budgets.over('max_chunks')}")
+    decoded = 0 if 0 in shape else count * math.prod(chunk_shape) * itemsize
+    if decoded > max_bytes:
+        raise ZipTooLarge(f"its {count} chunks of {chunk_shape} decode to {decoded} bytes in all, "
+                          f"{over('max_upload_bytes', max_bytes)}")
+    if data_type == "fixed_length_utf32":
+        nbytes = math.prod(shape) * itemsize
+        if nbytes > budgets.max_strings_bytes:
+            raise ZipTooLarge(f"its strings of shape {shape} are {nbytes} bytes, {budgets.over('max_strings_bytes')}")
+    _check_dimension_names(meta.get("dimension_names"), len(shape))
+    _check_key_encoding(meta.get("chunk_key_encoding"))
+
+
+def check_array_metadata(meta: dict, *, max_bytes: int, max_chunk_bytes: int, budgets: Budgets | None = None) -> None:
     """Check that one parsed Zarr v3 array ``zarr.json`` is small and uses known encodings.
 
     Parameters
@@ -199,23 +310,31 @@ def check_array_metadata(meta: dict, *, max_bytes: int, max_chunk_bytes: int) ->
     max_chunk_bytes : int
         Largest allowed uncompressed size of one chunk (for a sharded array: of one shard, and
         of one inner chunk), in bytes.
+    budgets : service.storage.budgets.Budgets, optional
+        The service's budgets (``max_bytes`` is then its ``max_upload_bytes``): also check the
+        chunk count, all chunks decoded together against `max_bytes`, the inner chunks of a
+        shard, fixed-length strings, the order of the codecs, ``dimension_names`` and
+        ``chunk_key_encoding``; refusals name the settings.
 
     Raises
     ------
     ZipTooLarge
         The array (``shape`` times the item size of ``data_type``) is larger than `max_bytes`,
-        or a chunk is larger than `max_chunk_bytes`; the message names the shape.
+        or a chunk is larger than `max_chunk_bytes`; the message names the shape. With
+        `budgets`: a budget is exceeded.
     ZipStoreError
         ``data_type`` is not one of :data:`ITEMSIZES` (the message lists them); ``shape`` is not
         a list of integers >= 0; ``chunk_grid`` is not a ``regular`` grid whose
         ``chunk_shape`` holds one positive integer per dimension; ``codecs`` is not a list, or
         names a codec outside :data:`ALLOWED_CODECS` (checked recursively inside
-        ``sharding_indexed``'s ``codecs`` and ``index_codecs``).
+        ``sharding_indexed``'s ``codecs`` and ``index_codecs``). With `budgets`: codecs out of
+        order, sharding inside a shard, a shard index Zarr cannot size, bad
+        ``dimension_names`` or an unknown ``chunk_key_encoding``.
 
     Notes
     -----
-    Only what decides memory use and decoding is checked: ``fill_value``,
-    ``chunk_key_encoding``, ``attributes`` and the codecs' own configurations are left to zarr.
+    Only what decides memory use and decoding is checked: ``fill_value``, ``attributes`` and
+    the codecs' own configurations are left to zarr.
     """
     if not isinstance(meta, dict):
         raise ZipStoreError(f"array metadata must be a JSON object, got {type(meta).__name__}")
@@ -238,7 +357,7 @@ def check_array_metadata(meta: dict, *, max_bytes: int, max_chunk_bytes: int) ->
     if nbytes > max_bytes:
         raise ZipTooLarge(
             f"array shape {shape!s:.200} of {data_type} is {nbytes} bytes or more, "
-            f"more than max_bytes={max_bytes}"
+            f"{_more_than(budgets, 'max_upload_bytes', 'max_bytes', max_bytes)}"
         )
 
     grid = meta.get("chunk_grid")
@@ -263,17 +382,23 @@ def check_array_metadata(meta: dict, *, max_bytes: int, max_chunk_bytes: int) ->
     if chunk_bytes > max_chunk_bytes:
         raise ZipTooLarge(
             f"chunk_shape {chunk_shape} of {data_type} is {chunk_bytes} bytes or more, "
-            f"more than max_chunk_bytes={max_chunk_bytes}"
+            f"{_more_than(budgets, 'max_chunk_bytes', 'max_chunk_bytes', max_chunk_bytes)}"
         )
+    if budgets is not None:
+        _check_budgets(meta, shape=shape, chunk_shape=chunk_shape, itemsize=itemsize, data_type=data_type,
+                       max_bytes=max_bytes, budgets=budgets)
 
     _check_codecs(
         meta.get("codecs"),
         "codecs",
-        ndim=len(shape),
+        chunk_shape=chunk_shape,
         itemsize=itemsize,
         data_type=data_type,
         max_chunk_bytes=max_chunk_bytes,
+        budgets=budgets,
     )
+
+
 # --------------------------------------------------------------------------------------------
 # Zarr metadata
 # --------------------------------------------------------------------------------------------
@@ -298,8 +423,9 @@ def load_metadata(path: pathlib.Path, name: str) -> dict:
     return meta
 
 
-def check_node(meta: dict, name: str, *, max_bytes: int, max_chunk_bytes: int) -> None:
-    """Check one node's metadata (a ``zarr.json`` or one consolidated entry of it)."""
+def check_node(meta: dict, name: str, *, max_bytes: int, max_chunk_bytes: int, budgets: Budgets | None = None) -> None:
+    """Check one node's metadata (a ``zarr.json`` or one consolidated entry of it); ``budgets``
+    as for :func:`check_array_metadata`."""
     fmt = meta.get("zarr_format")
     if not (is_int(fmt) and fmt == 3):
         raise ZipStoreError(f"{name}: zarr_format is {fmt!r:.50}, not 3; {V3_HINT}")
@@ -308,7 +434,7 @@ def check_node(meta: dict, name: str, *, max_bytes: int, max_chunk_bytes: int) -
         raise ZipStoreError(f"{name}: node_type is {node_type!r:.50}, not 'group' or 'array'")
     if node_type == "array":
         try:
-            check_array_metadata(meta, max_bytes=max_bytes, max_chunk_bytes=max_chunk_bytes)
+            check_array_metadata(meta, max_bytes=max_bytes, max_chunk_bytes=max_chunk_bytes, budgets=budgets)
         except ZipStoreError as exc:
             raise type(exc)(f"{name}: {exc}") from None
         return
@@ -324,4 +450,4 @@ def check_node(meta: dict, name: str, *, max_bytes: int, max_chunk_bytes: int) -
         where = f"{name} (consolidated_metadata {key!r:.200})"
         if not isinstance(child, dict):
             raise ZipStoreError(f"{where}: must be a JSON object, got {type(child).__name__}")
-        check_node(child, where, max_bytes=max_bytes, max_chunk_bytes=max_chunk_bytes)
+        check_node(child, where, max_bytes=max_bytes, max_chunk_bytes=max_chunk_bytes, budgets=budgets)

@@ -11,7 +11,7 @@ Every refusal raises :class:`ZipStoreError` (a :class:`ValueError`) whose messag
 entry, the rule and the offending value; an archive or array that is too big raises its subclass
 :class:`ZipTooLarge` (the service answers 413 for it and 400/422 for the others).
 
-Only the standard library is used: nothing here imports zarr.
+Nothing here imports zarr.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import stat
 import zipfile
 import zlib
 
+from service.storage.budgets import Budgets
 from service.storage.zip_checks import V3_HINT, ZipStoreError, ZipTooLarge, check_node, is_int, load_metadata
 
 __all__ = ["extract_zarr_zip"]
@@ -201,6 +202,81 @@ def _copy(
             dst.write(piece)
             written += len(piece)
     return written
+
+
+def _extract(
+    zf: zipfile.ZipFile,
+    entries: list[tuple[zipfile.ZipInfo, tuple[str, ...], bool]],
+    root: pathlib.Path,
+    written: int,
+    max_bytes: int,
+) -> int:
+    """Extract planned entries under ``root``; return the new total of bytes written."""
+    for info, parts, is_dir in entries:
+        name = info.orig_filename
+        target = _inside(root.joinpath(*parts), root, name)
+        try:
+            if is_dir:
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            written = _copy(zf, info, target, written, max_bytes)
+        except _ZIP_READ_ERRORS as exc:
+            raise _refuse(name, f"cannot be read ({type(exc).__name__}: {exc})") from None
+        except NotImplementedError as exc:
+            raise _refuse(name, f"cannot be read ({exc})") from None
+        except (FileExistsError, NotADirectoryError, IsADirectoryError) as exc:
+            raise _refuse(name, f"clashes with another entry ({exc.strerror})") from None
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise  # a fault of this machine (disk full...), not of the archive
+            raise _refuse(name, f"cannot be created ({exc.strerror})") from None
+    return written
+
+
+def _check_metadata(
+    root: pathlib.Path,
+    plan: list[tuple[zipfile.ZipInfo, tuple[str, ...], bool]],
+    *,
+    max_bytes: int,
+    max_chunk_bytes: int,
+    budgets: Budgets | None,
+) -> None:
+    """Check every extracted ``zarr.json``."""
+    metadata = sorted(
+        (parts for _, parts, is_dir in plan if parts[-1] == "zarr.json"),
+        key=lambda parts: (len(parts), parts),  # the root zarr.json first
+    )
+    for parts in metadata:
+        name = "/".join(parts)
+        meta = load_metadata(root.joinpath(*parts), name)
+        check_node(meta, repr(name), max_bytes=max_bytes, max_chunk_bytes=max_chunk_bytes, budgets=budgets)
+
+
+def _store_root(root: pathlib.Path, plan: list[tuple[zipfile.ZipInfo, tuple[str, ...], bool]]) -> pathlib.Path:
+    """The store root: ``root`` or its one top-level folder, which must hold a ``zarr.json``."""
+    tops = {parts[0] for _, parts, _ in plan}
+    nested = len(tops) == 1 and all(len(parts) > 1 or is_dir for _, parts, is_dir in plan)
+    prefix = f"{next(iter(tops))}/" if nested else ""
+    store = root / prefix if nested else root
+
+    if not (store / "zarr.json").exists():
+        found = sorted(
+            (_V2_FILES.index(parts[-1]), len(parts), info.orig_filename)
+            for info, parts, _ in plan
+            if parts[-1] in _V2_FILES
+        )
+        if found:
+            raise ZipStoreError(
+                f"the archive holds a Zarr v2 store ({found[0][2]!r}); {V3_HINT}"
+            )
+        raise ZipStoreError(
+            f"no zarr.json at the store root {prefix or '(top of the archive)'!r}: zip the "
+            "store folder itself, flat or under one top-level folder"
+        )
+    return store
+
+
 # --------------------------------------------------------------------------------------------
 # Extraction
 # --------------------------------------------------------------------------------------------
@@ -213,12 +289,14 @@ def extract_zarr_zip(
     max_bytes: int,
     max_entries: int = 100_000,
     max_chunk_bytes: int | None = None,
+    budgets: Budgets | None = None,
 ) -> pathlib.Path:
     """Extract an untrusted zip archive holding a Zarr v3 store, refusing anything unsafe.
 
     Every entry is checked before anything is written. Members are then copied in 1 MiB
     pieces to files created exclusively under `destination`, counting the bytes actually
-    written (declared sizes can lie). Finally the Zarr metadata is checked.
+    written (declared sizes can lie): first the folders and every ``zarr.json``, whose Zarr
+    metadata is then checked, and only then the other files (the chunks).
 
     Parameters
     ----------
@@ -235,6 +313,8 @@ def extract_zarr_zip(
     max_chunk_bytes : int, optional
         Largest allowed uncompressed size of one chunk (or shard) of an array, in bytes;
         passed to :func:`check_array_metadata`. Defaults to `max_bytes`.
+    budgets : service.storage.budgets.Budgets, optional
+        The service's budgets, passed to :func:`check_array_metadata`.
 
     Returns
     -------
@@ -256,12 +336,12 @@ def extract_zarr_zip(
         duplicate name (ignoring a trailing ``/``); a file that other entries use as a
         folder; an encrypted entry; a compression other than stored or deflate; a name
         ending in ``.zip``. Refused while writing: a member starting with ``PK\\x03\\x04``
-        (a nested zip) or a corrupt member. Refused after: no ``zarr.json`` at the store
-        root (a Zarr v2 store is told to use ``to_zarr(..., zarr_format=3)``); a
-        ``zarr.json`` over 10 MiB, not valid JSON, not an object, without
+        (a nested zip) or a corrupt member. Refused once the metadata is written, before
+        the chunks are: a ``zarr.json`` over 10 MiB, not valid JSON, not an object, without
         ``"zarr_format": 3`` or without ``node_type`` ``"group"``/``"array"``; array
         metadata refused by :func:`check_array_metadata` (also for the arrays listed in a
-        group's consolidated metadata).
+        group's consolidated metadata). Refused at the end: no ``zarr.json`` at the store
+        root (a Zarr v2 store is told to use ``to_zarr(..., zarr_format=3)``).
     ValueError
         `destination` is not empty, or a limit is not a positive integer.
     NotADirectoryError
@@ -299,53 +379,10 @@ def extract_zarr_zip(
             max_entries=max_entries,
         )
 
-        written = 0
-        for info, parts, is_dir in plan:
-            name = info.orig_filename
-            target = _inside(root.joinpath(*parts), root, name)
-            try:
-                if is_dir:
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                written = _copy(zf, info, target, written, max_bytes)
-            except _ZIP_READ_ERRORS as exc:
-                raise _refuse(name, f"cannot be read ({type(exc).__name__}: {exc})") from None
-            except NotImplementedError as exc:
-                raise _refuse(name, f"cannot be read ({exc})") from None
-            except (FileExistsError, NotADirectoryError, IsADirectoryError) as exc:
-                raise _refuse(name, f"clashes with another entry ({exc.strerror})") from None
-            except OSError as exc:
-                if exc.errno != errno.ENAMETOOLONG:
-                    raise  # a fault of this machine (disk full...), not of the archive
-                raise _refuse(name, f"cannot be created ({exc.strerror})") from None
-
-    tops = {parts[0] for _, parts, _ in plan}
-    nested = len(tops) == 1 and all(len(parts) > 1 or is_dir for _, parts, is_dir in plan)
-    prefix = f"{next(iter(tops))}/" if nested else ""
-    store = root / prefix if nested else root
-
-    if not (store / "zarr.json").exists():
-        found = sorted(
-            (_V2_FILES.index(parts[-1]), len(parts), info.orig_filename)
-            for info, parts, _ in plan
-            if parts[-1] in _V2_FILES
-        )
-        if found:
-            raise ZipStoreError(
-                f"the archive holds a Zarr v2 store ({found[0][2]!r}); {V3_HINT}"
-            )
-        raise ZipStoreError(
-            f"no zarr.json at the store root {prefix or '(top of the archive)'!r}: zip the "
-            "store folder itself, flat or under one top-level folder"
-        )
-
-    metadata = sorted(
-        (parts for _, parts, is_dir in plan if parts[-1] == "zarr.json"),
-        key=lambda parts: (len(parts), parts),  # the root zarr.json first
-    )
-    for parts in metadata:
-        name = "/".join(parts)
-        meta = load_metadata(root.joinpath(*parts), name)
-        check_node(meta, repr(name), max_bytes=max_bytes, max_chunk_bytes=max_chunk_bytes)
-    return store
+        # The metadata first: a store whose zarr.json is refused leaves its chunks unwritten.
+        first = [entry for entry in plan if entry[2] or entry[1][-1] == "zarr.json"]
+        written = _extract(zf, first, root, 0, max_bytes)
+        _check_metadata(root, plan, max_bytes=max_bytes, max_chunk_bytes=max_chunk_bytes, budgets=budgets)
+        _extract(zf, [entry for entry in plan if not (entry[2] or entry[1][-1] == "zarr.json")], root, written,
+                 max_bytes)
+    return _store_root(root, plan)

@@ -105,11 +105,17 @@ async def _upload_zip(request: Request, svc: Services, name: str, variable, dims
                 "Location": {"description": "the array's URL", "schema": {"type": "string"}}},
                 "links": _ARRAY_LINKS},
                 **problems(400, 401, 409, 413, 415, 503, 507, _503=STORE_DOWN,
-                           _400="Not an NPY / Zarr v3 zip, or ?chunks= / ?dims= / ?variable= do not fit it",
-                           _409="The name exists (without ?overwrite=true), or a running job uses it")})
+                           _400="Not an NPY / Zarr v3 zip (a chunk that does not decode to its declared size, "
+                                "bad dimension_names), or ?chunks= / ?dims= / ?variable= do not fit it (?chunks= "
+                                "past max_chunks or max_chunk_bytes)",
+                           _409="The name exists (without ?overwrite=true), or a running job uses it",
+                           _413="Past max_upload_bytes, a budget of one stored array (max_chunks, max_shard_chunks, "
+                                "max_chunk_bytes, max_string_bytes, max_strings_bytes) or disk_quota_bytes; the "
+                                "detail names the setting")})
 async def put_array(name: ArrayName, request: Request,
                     chunks: str = Query(None, description="chunk lengths, e.g. 1,256,256,-1 (-1: the whole "
-                                               "axis), one per axis", pattern=CHUNKS_PATTERN),
+                                               "axis), one per axis; at most max_chunks chunks of at most "
+                                               "max_chunk_bytes each", pattern=CHUNKS_PATTERN),
                     dims: str = Query(None, description="dim names, e.g. time,y,x,band, one per axis",
                                              pattern=DIMS_PATTERN),
                     variable: str = Query(None, description="the data variable of a zipped store"),
