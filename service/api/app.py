@@ -52,13 +52,15 @@ def open_services(settings: Settings) -> Services:
     running by an earlier service as failed) and the cluster. Blocking."""
     store = open_store(settings)  # a local directory, or an s3:// URL (StorageUnavailable if unreachable)
     store.sweep()
-    records = JobRecords(store.state_dir / "jobs.sqlite")
+    records = JobRecords(store.state_dir / "jobs.sqlite", retention_seconds=settings.job_retention_seconds,
+                         max_records=settings.max_job_records)  # pruned now and as jobs come
     interrupted = records.mark_interrupted()
     if interrupted:
         log.warning("%d job(s) were interrupted by the last shutdown and are marked failed", interrupted)
     cluster = Cluster(settings)
     cluster.start()
-    executor = Executor(store, records, cluster, max_inline_bytes=settings.max_inline_bytes)
+    executor = Executor(store, records, cluster, max_inline_bytes=settings.max_inline_bytes,
+                        max_jobs=settings.max_jobs, max_queued_jobs=settings.max_queued_jobs)
     return Services(settings, store, records, cluster, executor)
 
 
@@ -74,7 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 yield
         finally:
             svc = app.state.services
-            svc.executor.shutdown()
+            await run_in_threadpool(svc.executor.shutdown)  # cancels what runs, waits for it (seconds)
             await run_in_threadpool(svc.cluster.close)
             await run_in_threadpool(svc.records.mark_interrupted)  # jobs the shutdown cut short
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import shutil
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,17 +28,21 @@ from distributed import CancelledError, Future
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
-from service.errors import INVALID_PARAMETER, JOB_FAILED, ServiceError, disk_full, insufficient_storage, too_large
-from service.jobs.runner import SchedulerSilent, Stopped, wait_with_progress
+from service.errors import (INVALID_PARAMETER, JOB_FAILED, PROJECT, ServiceError, conflict, disk_full,
+                            insufficient_storage, no_such_array, too_large)
+from service.jobs.runner import SchedulerSilent, Stopped, drain, remove_partial, wait_with_progress
 from service.jobs.cluster import Cluster, ClusterUnavailable
 from service.jobs.plan import JobPlan, plan_request
-from service.jobs.records import JobRecords, now
+from service.jobs.records import INTERRUPTED, JobRecords, now
 from service.storage.chunk_order import stream_chunks
 from service.storage.protocol import ArrayStorage
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
+DISMISSED = "dismissed by the client"
+TOO_MANY_JOBS = PROJECT + "too-many-jobs"
+RETRY_AFTER_SECONDS = 10
 
 
 class Dismissed(Exception):
@@ -47,22 +51,29 @@ class Dismissed(Exception):
 
 @dataclass
 class _Control:
-    """How a background job is told to stop, and how it says it has."""
+    """How an execution is told to stop (and why), and how it says it has."""
 
     dismissed: threading.Event = field(default_factory=threading.Event)
     finished: threading.Event = field(default_factory=threading.Event)
+    why: str = DISMISSED
+    background: bool = False  # a job of the queue, not a synchronous execution
+    started: bool = False  # taken by a job thread (until then, a stop ends it at once)
 
 
 class Executor:
     """Runs executions: synchronously for a request, or as background jobs."""
 
     def __init__(self, store: ArrayStorage, records: JobRecords, cluster: Cluster, *, max_inline_bytes: int,
-                 max_jobs: int = 4):
+                 max_jobs: int = 4, max_queued_jobs: int = 64):
         self.store = store
         self.records = records
         self.cluster = cluster
         self.max_inline_bytes = max_inline_bytes
-        self._running: dict[str, _Control] = {}  # background jobs of this process
+        self.max_jobs, self.max_queued_jobs = max_jobs, max_queued_jobs
+        self._running: dict[str, _Control] = {}  # the executions of this process
+        self._lock = threading.Lock()  # over _running and _workers
+        self._queue: queue.SimpleQueue[JobPlan | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
         self._slots = threading.Semaphore(max_jobs)
         self._stopping = threading.Event()
 
@@ -119,38 +130,98 @@ class Executor:
                             "limit of a stored array")
 
     # --- running --------------------------------------------------------------------------
+    #
+    # Background jobs run on at most ``max_jobs`` threads (started as jobs come, then kept), which
+    # take them from one queue; at most ``max_queued_jobs`` more wait there, and one past that is
+    # refused before it is recorded: the service's threads and memory stay bounded whatever the
+    # clients submit. Every execution, synchronous or not, has a _Control in ``_running`` while it
+    # is here, so that a dismiss, a client that goes away and the shutdown can stop its tasks.
 
     def run_sync(self, plan: JobPlan):
         """Run a request to the end (blocking). Returns a NumPy array (value) or None
-        (reference: the result is stored under ``plan.result_name``)."""
-        self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
-                            status="running")
+        (reference: the result is stored under ``plan.result_name``). ``stop`` (a dismiss, the
+        client gone) cancels its tasks: 409, nothing stored."""
+        control = self._enter(plan.job_id, _Control())
         try:
-            with self._job_scratch(plan) as scratch:
-                result = self._as_service_error(self._build_with_scratch, plan, scratch)
-                if plan.transmission == "value":
-                    value = self._as_service_error(self._compute_value, plan, result)
-                    self.records.finish(plan.job_id, "successful", "done: the result was returned inline",
-                                        progress=100)
-                    return value
-                self._as_service_error(self._store_result, plan, result)
-            self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
-                                progress=100)
-            return None
-        except ServiceError as error:
-            self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status, error_type=error.type)
-            raise
+            self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
+                                status="running")
+            try:
+                return self._run_sync(plan)
+            except Dismissed:
+                if self._stopping.is_set():  # records.mark_interrupted() fails the record
+                    raise ServiceError(500, JOB_FAILED, INTERRUPTED) from None
+                self.records.finish(plan.job_id, "dismissed", control.why)
+                raise conflict(f"job {plan.job_id} was stopped ({control.why}); nothing was stored") from None
+            except Exception as error:
+                if self._stopping.is_set():
+                    raise
+                answer = self._record_failure(plan.job_id, error)
+                if answer is error:
+                    raise
+                raise answer from None
+        finally:
+            self._leave(plan.job_id, control)
+
+    def _run_sync(self, plan: JobPlan):
+        self._check_inputs(plan)
+        with self._job_scratch(plan) as scratch:
+            result = self._as_service_error(self._build_with_scratch, plan, scratch)
+            if plan.transmission == "value":
+                value = self._as_service_error(self._compute_value, plan, result)
+                self.records.finish(plan.job_id, "successful", "done: the result was returned inline", progress=100)
+                return value
+            self._as_service_error(self._store_result, plan, result)
+        self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}", progress=100)
+        return None
 
     def submit(self, plan: JobPlan) -> None:
-        """Record the job and start it in the background."""
-        self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission)
-        self._running[plan.job_id] = _Control()
-        threading.Thread(target=self._run_job, args=(plan,), name=f"job-{plan.job_id}", daemon=True).start()
+        """Record the job and queue it for the job threads. 503 (with Retry-After) when
+        ``max_jobs + max_queued_jobs`` jobs are running or queued; 404 when an input was deleted
+        since the plan (the job is then forgotten)."""
+        with self._lock:
+            waiting = sum(1 for control in self._running.values() if control.background)
+            if waiting >= self.max_jobs + self.max_queued_jobs:
+                raise ServiceError(
+                    503, TOO_MANY_JOBS,
+                    f"{waiting} jobs are running or queued, as many as this service takes (max_jobs "
+                    f"{self.max_jobs} + max_queued_jobs {self.max_queued_jobs}; the operator sets them with "
+                    "CHUNKED_TENSOR_OPS_MAX_JOBS and CHUNKED_TENSOR_OPS_MAX_QUEUED_JOBS); submit it again later",
+                    headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            control = self._running[plan.job_id] = _Control(background=True)
+        try:
+            self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission)
+            try:
+                self._check_inputs(plan)
+            except ServiceError:
+                self.records.delete(plan.job_id)
+                raise
+        except BaseException:
+            self._leave(plan.job_id, control)
+            raise
+        self._queue.put(plan)
+        with self._lock:
+            if len(self._workers) < self.max_jobs:
+                worker = threading.Thread(target=self._work, name=f"job-{len(self._workers)}", daemon=True)
+                self._workers.append(worker)
+                worker.start()
+
+    def _work(self) -> None:
+        """A job thread: the queued jobs one after the other, until told to end (None)."""
+        while (plan := self._queue.get()) is not None:
+            try:
+                self._run_job(plan)
+            except Exception:  # e.g. its failure could not be recorded: the thread serves the next
+                log.exception("job %s: its outcome was not recorded", plan.job_id)
 
     def _run_job(self, plan: JobPlan) -> None:
-        control = self._running[plan.job_id]
+        with self._lock:
+            control = self._running.get(plan.job_id)
+            if control is None:  # dismissed while it waited, or the service is stopping
+                return
+            control.started = True
         try:
-            # Wait for a slot, but not past a dismiss: a queued job is dismissed at once.
+            # Normally free (there are as many job threads as slots); a test holds them to keep
+            # jobs waiting. Not past a dismiss.
             while not self._slots.acquire(timeout=POLL_SECONDS):
                 if control.dismissed.is_set():
                     raise Dismissed
@@ -167,34 +238,84 @@ class Executor:
             self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}",
                                 progress=100)
         except Dismissed:
-            self.records.finish(plan.job_id, "dismissed", "dismissed by the client")
+            if not self._stopping.is_set():  # else records.mark_interrupted() says so
+                self.records.finish(plan.job_id, "dismissed", control.why)
         except Exception as error:
             if self._stopping.is_set():  # cut short by the shutdown: records.mark_interrupted() says so
                 return
-            if disk_full(error):  # e.g. the job records, on the same full disk
-                error = insufficient_storage(error)
-            if isinstance(error, ServiceError):
-                self.records.finish(plan.job_id, "failed", error.detail, error_status=error.status,
-                                    error_type=error.type)
-                return
-            log.exception("job %s failed", plan.job_id)  # a failure of the service itself
-            self.records.finish(plan.job_id, "failed", f"{type(error).__name__}: {error}",
-                                error_status=500, error_type=JOB_FAILED)
+            if not isinstance(error, ServiceError) and not disk_full(error):
+                log.exception("job %s failed", plan.job_id)  # a failure of the service itself
+            self._record_failure(plan.job_id, error)
         finally:
-            self._running.pop(plan.job_id).finished.set()
+            self._leave(plan.job_id, control)
 
-    def shutdown(self) -> None:
-        """The service is stopping: jobs that fail from now on stay active, for
-        ``JobRecords.mark_interrupted`` to fail them with a message saying so."""
-        self._stopping.set()
+    def _record_failure(self, job_id: str, error: Exception) -> Exception:
+        """Record ``error`` as the job's failure; returns the error to answer with (a full disk
+        as a 507)."""
+        if disk_full(error):  # e.g. the job records, on the same full disk
+            error = insufficient_storage(error)
+        if isinstance(error, ServiceError):
+            self.records.finish(job_id, "failed", error.detail, error_status=error.status, error_type=error.type)
+        else:
+            self.records.finish(job_id, "failed", f"{type(error).__name__}: {error}", error_status=500,
+                                error_type=JOB_FAILED)
+        return error
+
+    def _check_inputs(self, plan: JobPlan) -> None:
+        """404 if an input was deleted between the plan and the job's record (from the record
+        on, a delete is refused: ``JobRecords.unused``)."""
+        for name in plan.reads:
+            if not self.store.exists(name):
+                raise no_such_array(name)
+
+    def _enter(self, job_id: str, control: _Control) -> _Control:
+        with self._lock:
+            self._running[job_id] = control
+        return control
+
+    def _leave(self, job_id: str, control: _Control) -> None:
+        with self._lock:
+            if self._running.get(job_id) is control:
+                del self._running[job_id]
+        control.finished.set()
+
+    def stop(self, job_id: str, why: str = DISMISSED) -> None:
+        """Tell an execution of this process to stop: its tasks are cancelled within moments
+        (``_wait``), and it ends as dismissed, saying ``why``. A queued job ends at once and
+        never runs (its record is the caller's)."""
+        with self._lock:
+            control = self._running.get(job_id)
+            if control is None:
+                return
+            control.why = why
+            control.dismissed.set()
+            if control.background and not control.started:
+                del self._running[job_id]
+                control.finished.set()
 
     def dismiss(self, job_id: str, wait: float = 30.0) -> None:
-        """Cancel a running job's tasks and wait (bounded) until its partial output is gone."""
+        """Cancel an execution's tasks and wait (bounded) until its partial output is gone."""
         control = self._running.get(job_id)
         if control is not None:  # running here: stop it and wait for its cleanup
-            control.dismissed.set()
+            self.stop(job_id)
             control.finished.wait(wait)
-        self.records.finish(job_id, "dismissed", "dismissed by the client")
+        self.records.finish(job_id, "dismissed", DISMISSED)
+
+    def shutdown(self, wait: float = 5.0) -> None:
+        """The service is stopping: queued jobs never start, and every execution is stopped
+        (its tasks cancelled) and waited for, ``wait`` seconds at most. Their records stay
+        active, for ``JobRecords.mark_interrupted`` to fail them with a message saying so."""
+        self._stopping.set()
+        with self._lock:
+            controls = list(self._running.items())
+            workers = len(self._workers)
+        for job_id, _ in controls:
+            self.stop(job_id, "the service is stopping")
+        for _ in range(workers):
+            self._queue.put(None)
+        deadline = time.monotonic() + wait
+        for _, control in controls:
+            control.finished.wait(max(0.0, deadline - time.monotonic()))
 
     # --- steps ----------------------------------------------------------------------------
 
@@ -294,56 +415,4 @@ class Executor:
             if future.status == "error" or given_up or (dismissed is not None and dismissed.is_set()):
                 # failed, dismissed or given up on: stop the job's other tasks before its output
                 # is removed (a future the cluster cancelled has none left to stop)
-                _drain(client, future, bound=bound)
-
-
-def _drain(client, future: Future, timeout: float = 10.0, bound: float | None = None) -> None:
-    """Cancel the job's remaining tasks and wait until none still runs, so that no worker
-    writes into the directory that is about to be removed. A worker finishes a task it was
-    executing when the scheduler released it: such a task runs on a worker while the
-    scheduler no longer has it processing."""
-    # Local functions: pickled by value, so workers and a scheduler without this package run them.
-    def running_keys(dask_worker) -> list:
-        state = dask_worker.state  # executing and seceded tasks, cancelled ones included
-        return [ts.key for ts in (*state.executing, *state.long_running)]
-
-    def processing_keys(dask_scheduler) -> list:
-        return [ts.key for ts in dask_scheduler.tasks.values() if ts.state == "processing"]
-
-    deadline = time.monotonic() + timeout
-    try:
-        client.cancel([future], force=True)
-    except Exception:
-        return
-    while time.monotonic() < deadline:
-        try:
-            # workers first, then the scheduler; each call bounded (the scheduler may be gone)
-            running = client.run(running_keys, callback_timeout=bound)
-            processing = set(client.run_on_scheduler(processing_keys, callback_timeout=bound))
-        except Exception:
-            return
-        if all(key in processing for keys in running.values() for key in keys):
-            return
-        time.sleep(0.05)
-
-
-# When to look again for a cancelled job's partial output (seconds after its removal).
-RESWEEP_SECONDS = (1.0, 5.0)
-
-
-def remove_partial(path, remove=None) -> None:
-    """Remove a job's partial output now, and again a little later.
-
-    Cancelling a job does not recall a task the scheduler has already sent to a worker: it can
-    still write its chunk after the job's cleanup, and Zarr recreates the directories it writes
-    into. Such a task finishes within moments, so two later looks remove what it left (the
-    start-up sweep of tmp/ is the last resort). After a successful publish ``path`` is gone
-    (or, in an object store, marked published) and the later looks find nothing to remove.
-    ``remove(path)`` (default: remove the local directory) must not raise.
-    """
-    remove = remove or (lambda where: shutil.rmtree(where, ignore_errors=True))
-    remove(path)
-    for delay in RESWEEP_SECONDS:
-        timer = threading.Timer(delay, remove, args=(path,))
-        timer.daemon = True
-        timer.start()
+                drain(client, future, bound=bound)

@@ -3,6 +3,11 @@
 They survive restarts: a new service lists the earlier jobs, and marks the ones that were
 accepted or running when the old one stopped as failed.
 
+They do not pile up: with ``retention_seconds`` and ``max_records``, the records of finished jobs
+(successful, failed, dismissed) that finished longer ago than that, and the oldest finished ones
+past that count, are deleted when the records are opened and whenever a job is recorded. Only
+the record goes: a job's stored result is an array like any other.
+
 They survive a crash too (the service killed with SIGKILL, or dying, mid-write): the database
 is in write-ahead-log mode (``journal_mode=WAL``, kept in the file) with ``synchronous=NORMAL``
 on every connection, and every write is one explicit ``BEGIN IMMEDIATE`` ... ``COMMIT``
@@ -24,26 +29,35 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from service.errors import JOB_FAILED
 
 ACTIVE = ("accepted", "running")
+_ACTIVE_SQL = "('accepted', 'running')"
+INTERRUPTED = "interrupted: the service stopped while the job was running; submit it again"
 _COLUMNS = ("id", "process_id", "status", "message", "created", "started", "finished", "updated",
             "progress", "reads", "writes", "transmission", "error_status", "error_type")
 BUSY_TIMEOUT_S = 30
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def now(ago: float = 0.0) -> str:
+    """The time ``ago`` seconds before now, as the records store it (ISO 8601 UTC, in ms)."""
+    moment = datetime.now(timezone.utc) - timedelta(seconds=ago)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class JobRecords:
-    """One row per job; every method is a short blocking transaction on its own connection."""
+    """One row per job; every method is a short blocking transaction on its own connection.
 
-    def __init__(self, path: Path):
+    ``retention_seconds`` and ``max_records`` (None: no bound) bound the records of finished
+    jobs (see the module's description)."""
+
+    def __init__(self, path: Path, *, retention_seconds: float | None = None, max_records: int | None = None):
         self.path = Path(path)
+        self.retention_seconds = retention_seconds
+        self.max_records = max_records
         self._lock = threading.Lock()  # one writer of this process at a time (SQLite allows one anyway)
         with self._connect() as db:
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -57,6 +71,9 @@ class JobRecords:
                 "error_status INTEGER, error_type TEXT)"
             )
             db.execute("CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created)")
+            db.execute("CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status)")
+            db.execute("CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished)")
+            self._prune(db)
         # Idle, holding no lock (so checkpoints go on): it only keeps -wal and -shm in place.
         self._keeper = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                        check_same_thread=False)
@@ -106,7 +123,32 @@ class JobRecords:
                 (job_id, process_id, status, "queued" if status == "accepted" else "running", stamp,
                  stamp if status == "running" else None, stamp, json.dumps(reads), writes, transmission),
             )
+            self._prune(db)
         return self.get(job_id)
+
+    def delete(self, job_id: str) -> None:
+        """Forget a job (one that was refused before it could start)."""
+        with self._write() as db:
+            db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    def prune(self) -> int:
+        """Delete the records of finished jobs past ``retention_seconds`` and ``max_records``
+        (as opening the records and recording a job do); how many went."""
+        with self._write() as db:
+            return self._prune(db)
+
+    def _prune(self, db: sqlite3.Connection) -> int:
+        removed = 0
+        if self.retention_seconds is not None:
+            removed += db.execute(f"DELETE FROM jobs WHERE status NOT IN {_ACTIVE_SQL} AND finished < ?",
+                                  (now(self.retention_seconds),)).rowcount
+        if self.max_records is not None:
+            excess = db.execute("SELECT count(*) FROM jobs").fetchone()[0] - self.max_records
+            if excess > 0:  # the ones that finished first (an active job is never pruned)
+                removed += db.execute(
+                    f"DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE status NOT IN {_ACTIVE_SQL} "
+                    "ORDER BY finished, created, id LIMIT ?)", (excess,)).rowcount
+        return removed
 
     def update(self, job_id: str, **fields) -> None:
         unknown = set(fields) - set(_COLUMNS)
@@ -150,11 +192,26 @@ class JobRecords:
             return [self._row(r) for r in db.execute(query, args).fetchall()]
 
     def busy_with(self, name: str) -> str | None:
-        """The id of an active job that reads or writes array ``name``, if any."""
-        for job in self.list(status=list(ACTIVE)):
-            if name in job["reads"] or job["writes"] == name:
-                return job["id"]
-        return None
+        """The id of an active job that reads or writes array ``name``, if any (every active
+        job is looked at, however many there are)."""
+        with self._connect() as db:
+            return self._busy_with(db, name)
+
+    @contextlib.contextmanager
+    def unused(self, name: str) -> Iterator[str | None]:
+        """``busy_with(name)`` held true while the block runs: no job can be recorded meanwhile
+        (``create`` waits), so a block that gets None may delete or replace array ``name`` with
+        no job starting to read it halfway. (The block must not call these records itself:
+        they wait for it.) A job checks that its inputs exist once it is recorded."""
+        with self._write() as db:
+            yield self._busy_with(db, name)
+
+    @staticmethod
+    def _busy_with(db: sqlite3.Connection, name: str) -> str | None:
+        row = db.execute(
+            f"SELECT id FROM jobs WHERE status IN {_ACTIVE_SQL} AND (writes = ? OR EXISTS "
+            "(SELECT 1 FROM json_each(jobs.reads) WHERE json_each.value = ?)) LIMIT 1", (name, name)).fetchone()
+        return row[0] if row else None
 
     def mark_interrupted(self) -> int:
         """Jobs left active by a service that stopped: failed, saying so."""
@@ -163,7 +220,6 @@ class JobRecords:
             cursor = db.execute(
                 "UPDATE jobs SET status = 'failed', message = ?, finished = ?, updated = ?, error_status = 500, "
                 "error_type = ? WHERE status IN ('accepted', 'running')",
-                ("interrupted: the service stopped while the job was running; submit it again", stamp, stamp,
-                 JOB_FAILED),
+                (INTERRUPTED, stamp, stamp, JOB_FAILED),
             )
             return cursor.rowcount

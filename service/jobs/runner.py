@@ -3,11 +3,16 @@ and for ``chunked-tensor-ops run``.
 
 Every call to the scheduler is bounded. A scheduler that stops answering (frozen: its
 connections stay open, so only silence tells) is given up after ``patience`` seconds; the
-progress tracker on the scheduler is removed however the wait ends.
+progress tracker on the scheduler is removed however the wait ends. ``drain`` cancels a
+computation and waits until none of its tasks still runs on a worker; ``remove_partial``
+removes what a stopped computation wrote, now and again later.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -95,4 +100,79 @@ def wait_with_progress(client, future: Future, *, tracker: str, bound: float, pa
         try:
             client.run_on_scheduler(progress.stop, job_id=tracker, callback_timeout=bound)
         except Exception:
+            pass
+
+
+def drain(client, future: Future, timeout: float = 10.0, bound: float | None = None) -> None:
+    """Cancel the job's remaining tasks and wait until none still runs, so that no worker
+    writes into the directory that is about to be removed. A worker finishes a task it was
+    executing when the scheduler released it: such a task runs on a worker while the
+    scheduler no longer has it processing."""
+    # Local functions: pickled by value, so workers and a scheduler without this package run them.
+    def running_keys(dask_worker) -> list:
+        state = dask_worker.state  # executing and seceded tasks, cancelled ones included
+        return [ts.key for ts in (*state.executing, *state.long_running)]
+
+    def processing_keys(dask_scheduler) -> list:
+        return [ts.key for ts in dask_scheduler.tasks.values() if ts.state == "processing"]
+
+    deadline = time.monotonic() + timeout
+    try:
+        client.cancel([future], force=True)
+    except Exception:
+        return
+    while time.monotonic() < deadline:
+        try:
+            # workers first, then the scheduler; each call bounded (the scheduler may be gone)
+            running = client.run(running_keys, callback_timeout=bound)
+            processing = set(client.run_on_scheduler(processing_keys, callback_timeout=bound))
+        except Exception:
+            return
+        if all(key in processing for keys in running.values() for key in keys):
+            return
+        time.sleep(0.05)
+
+
+# When to look again for a cancelled job's partial output (seconds after its removal).
+RESWEEP_SECONDS = (1.0, 5.0)
+
+
+def remove_partial(path, remove=None) -> None:
+    """Remove a job's partial output now, and again a little later.
+
+    Cancelling a job does not recall a task the scheduler has already sent to a worker: it can
+    still write its chunk after the job's cleanup, and Zarr recreates the directories it writes
+    into. Such a task finishes within moments, so two later looks remove what it left (the
+    start-up sweep of tmp/ is the last resort). After a successful publish ``path`` is gone
+    (or, in an object store, marked published) and the later looks find nothing to remove.
+    ``remove(path)`` (default: remove the local directory) must not raise. The later looks are
+    one thread's, whatever the number of jobs.
+    """
+    remove = remove or (lambda where: shutil.rmtree(where, ignore_errors=True))
+    remove(path)
+    global _sweeper
+    with _later_ready:
+        for delay in RESWEEP_SECONDS:
+            heapq.heappush(_later, (time.monotonic() + delay, next(_order), remove, path))
+        if _sweeper is None:
+            _sweeper = threading.Thread(target=_sweep_later, name="job-output-resweep", daemon=True)
+            _sweeper.start()
+        _later_ready.notify()
+
+
+_later: list = []  # (when, order, remove, path), soonest first
+_later_ready = threading.Condition()
+_order = itertools.count()
+_sweeper: threading.Thread | None = None
+
+
+def _sweep_later() -> None:
+    while True:
+        with _later_ready:
+            while not _later or _later[0][0] > time.monotonic():
+                _later_ready.wait(_later[0][0] - time.monotonic() if _later else None)
+            _, _, remove, path = heapq.heappop(_later)
+        try:
+            remove(path)
+        except Exception:  # it must not raise; if it does, the later looks of other jobs go on
             pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -173,7 +174,9 @@ _EXECUTE_RESPONSES = {
     **problems(400, 401, 404, 409, 413, 415, 503, 507,
                _400="Bad inputs, parameters or shapes: the message ops raises for the same call",
                _404="No such process (the templated path), or no array behind an input's href",
-               _409="The result name exists, or names an input",
+               _409="The result name exists, or names an input; or the execution was dismissed while it ran",
+               _503="The Dask cluster is unreachable; or (respond-async) max_jobs + max_queued_jobs jobs are "
+                    "running or queued: submit again after Retry-After seconds",
                _413="An inline input, the request or an inline result is over the limit: upload to "
                     "/arrays and use transmission reference",
                _415="The request is not application/json"),
@@ -217,7 +220,7 @@ async def execute(process_id: ProcessID, request: Request, svc: Services = Depen
         job = await run_in_threadpool(svc.records.get, job_id)
         return JSONResponse(status_info(job, base), status_code=201,
                             headers={"Location": f"{base}/jobs/{job_id}", "Preference-Applied": "respond-async"})
-    value = await run_in_threadpool(svc.executor.run_sync, plan)
+    value = await _run_sync(request, svc, plan)
     if value is None:  # stored: a link
         link = {"href": f"/arrays/{plan.result_name}", "type": NPY_MEDIA_TYPE}
         body = {"result": link} if plan.response == "document" else link
@@ -226,3 +229,26 @@ async def execute(process_id: ProcessID, request: Request, svc: Services = Depen
         return JSONResponse(result_document(value), headers=dtype_header(value.dtype))
     content = await run_in_threadpool(npy_bytes, value)
     return Response(content, media_type=NPY_MEDIA_TYPE, headers=dtype_header(value.dtype))
+
+
+# How often a synchronous execution looks whether its client is still there (seconds).
+DISCONNECT_POLL_SECONDS = 0.5
+CLIENT_GONE = "dismissed: the client closed the connection before the result"
+
+
+async def _run_sync(request: Request, svc: Services, plan):
+    """``executor.run_sync``, stopped when the client goes away, or when the request is
+    cancelled (as uvicorn cancels the requests still running when its graceful shutdown times
+    out): the job's tasks are cancelled on the cluster rather than run for nobody."""
+    work = asyncio.ensure_future(run_in_threadpool(svc.executor.run_sync, plan))
+    try:
+        while not work.done():
+            await asyncio.wait({work}, timeout=DISCONNECT_POLL_SECONDS)
+            if not work.done() and await request.is_disconnected():
+                svc.executor.stop(plan.job_id, CLIENT_GONE)
+                break
+        return await work  # once stopped, within moments: its cleanup is done when the request ends
+    except asyncio.CancelledError:
+        svc.executor.stop(plan.job_id, "dismissed: the request was cancelled")
+        work.add_done_callback(lambda done: done.cancelled() or done.exception())  # its end is nobody's
+        raise
