@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import sqlite3
 
 from fastapi import FastAPI, Request
@@ -37,10 +38,12 @@ RANGE_NOT_SATISFIABLE = PROJECT + "range-not-satisfiable"
 METHOD_NOT_ALLOWED = PROJECT + "method-not-allowed"
 SERVER_ERROR = PROJECT + "server-error"
 INSUFFICIENT_STORAGE = PROJECT + "insufficient-storage"
+HOST_NOT_ALLOWED = PROJECT + "host-not-allowed"
+REQUEST_TIMEOUT = PROJECT + "request-timeout"
 
 _TITLES = {
     400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-    409: "Conflict", 413: "Payload Too Large", 415: "Unsupported Media Type",
+    408: "Request Timeout", 409: "Conflict", 413: "Payload Too Large", 415: "Unsupported Media Type",
     416: "Range Not Satisfiable", 500: "Internal Server Error", 503: "Service Unavailable",
     507: "Insufficient Storage",
 }
@@ -92,6 +95,19 @@ def conflict(detail: str) -> ServiceError:
 
 def no_such_array(name: str) -> ServiceError:
     return ServiceError(404, NO_SUCH_ARRAY, f"no array named {name!r}")
+
+
+TRACEBACK = "Traceback (most recent call last)"
+SERVER_PATH = "<server path>"
+
+
+def redact(detail: str, paths) -> str:
+    """``detail`` fit for a client: each of ``paths`` (this server's own directories, such as
+    the data root) replaced by ``<server path>``, and a traceback, if one was pasted in, cut off."""
+    detail = detail.split(TRACEBACK, 1)[0].rstrip(" :\n") or "internal error"
+    for path in sorted({str(p).rstrip("/") for p in paths if str(p).rstrip("/")}, key=len, reverse=True):
+        detail = re.sub(re.escape(path) + r"(?![\w.-])", SERVER_PATH, detail)  # not /data in /database
+    return detail
 
 
 def exception_response(status: int, type_: str, detail: str, headers: dict | None = None) -> JSONResponse:

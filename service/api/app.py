@@ -7,17 +7,27 @@ import contextlib
 import logging
 import os
 import threading
+from pathlib import Path
 
 import dask
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse
+from starlette.middleware.cors import CORSMiddleware
 
 from ops import registry
 from service import errors
+from service.api.edge import (
+    CORS_REQUEST_HEADERS,
+    CORS_RESPONSE_HEADERS,
+    BodyReadTimeout,
+    ErrorBodyGuard,
+    HostGuard,
+    allowed_hosts,
+)
 from service.api.routers import arrays, health, jobs, landing, processes
-from service.api.state import Services, require_token
+from service.api.state import Services, require_json, require_token
 from service.jobs.cluster import Cluster
 from service.jobs.execution import Executor
 from service.jobs.records import JobRecords
@@ -47,7 +57,7 @@ def local_pool():
         return _pool
 
 
-def open_services(settings: Settings) -> Services:
+def open_services(settings: Settings, dashboard: bool = False) -> Services:
     """Open the data root (sweeping half-built arrays), the job records (marking jobs left
     running by an earlier service as failed) and the cluster. Blocking."""
     store = open_store(settings)  # a local directory, or an s3:// URL (StorageUnavailable if unreachable)
@@ -57,20 +67,38 @@ def open_services(settings: Settings) -> Services:
     interrupted = records.mark_interrupted()
     if interrupted:
         log.warning("%d job(s) were interrupted by the last shutdown and are marked failed", interrupted)
-    cluster = Cluster(settings)
+    cluster = Cluster(settings, dashboard=dashboard)
     cluster.start()
     executor = Executor(store, records, cluster, max_inline_bytes=settings.max_inline_bytes,
                         max_jobs=settings.max_jobs, max_queued_jobs=settings.max_queued_jobs)
     return Services(settings, store, records, cluster, executor)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The service as an ASGI app; ``settings`` default to flags-free environment settings."""
-    settings = settings or Settings()
+def with_token(settings: Settings) -> Settings:
+    """``settings`` with the token read from ``token_file`` (its first line), if one is named.
+    ValueError if it is empty or a token is given besides; OSError if it cannot be read."""
+    if settings.token_file is None:
+        return settings
+    if settings.token:
+        raise ValueError("the token is given twice: use --token-file or --token/CHUNKED_TENSOR_OPS_TOKEN, not both")
+    path = Path(settings.token_file)
+    lines = path.read_text().splitlines()
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise ValueError(f"the token file {path} is empty")
+    if path.stat().st_mode & 0o077:
+        log.warning("the token file %s can be read by other users (chmod 600 it)", path)
+    return settings.model_copy(update={"token": token})
+
+
+def create_app(settings: Settings | None = None, *, dashboard: bool = False) -> FastAPI:
+    """The service as an ASGI app; ``settings`` default to flags-free environment settings.
+    ``dashboard``: the embedded Dask cluster's (off: it shows tasks, logs and call stacks)."""
+    settings = with_token(settings or Settings())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.services = await run_in_threadpool(open_services, settings)
+        app.state.services = await run_in_threadpool(open_services, settings, dashboard)
         try:
             with dask.config.set(pool=local_pool()):
                 yield
@@ -90,12 +118,42 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url=None, docs_url=None, redoc_url=None,
     )
     errors.install(app)
-    for module in (landing, processes, jobs, arrays, health):
+    app.include_router(landing.router)
+    app.include_router(processes.router, dependencies=[Depends(require_json)])  # the execute requests
+    for module in (jobs, arrays, health):
         app.include_router(module.router)
     _api_description_routes(app)
     if not settings.token:
         _without_security(app)
+    _guard_the_edge(app, settings)
     return app
+
+
+def _server_paths(app: FastAPI, settings: Settings) -> list:
+    """The directories of this server that no error body may name."""
+    svc = getattr(app.state, "services", None)
+    paths = [] if settings.remote else [Path(settings.data_root).absolute()]
+    if svc is not None:
+        paths += [svc.store.state_dir] + ([] if settings.remote else [svc.store.root])
+        scratch = svc.store.scratch_root
+        if scratch is not None and "://" not in scratch[0]:
+            paths.append(Path(scratch[0]).absolute())
+    return paths
+
+
+def _guard_the_edge(app: FastAPI, settings: Settings) -> None:
+    """The middleware every request passes first, outermost last: the Host check (before
+    anything else), CORS for the configured origins only, the body read timeout, and the
+    server's paths out of error bodies."""
+    app.add_middleware(ErrorBodyGuard, paths=lambda: _server_paths(app, settings))
+    app.add_middleware(BodyReadTimeout, seconds=settings.read_timeout)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "HEAD", "POST", "PUT", "DELETE"],
+                           allow_headers=CORS_REQUEST_HEADERS, expose_headers=CORS_RESPONSE_HEADERS)
+    hosts = allowed_hosts(settings)
+    if hosts is not None:
+        app.add_middleware(HostGuard, allowed=hosts)
 
 
 def _without_security(app: FastAPI) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hmac
+import re
 from dataclasses import dataclass
 
-from fastapi import Request, Security
+from fastapi import Depends, Request, Security
 from fastapi.security import HTTPBearer
 
-from service.errors import UNAUTHORIZED, ServiceError
+from service.errors import UNAUTHORIZED, UNSUPPORTED_MEDIA_TYPE, ServiceError
 from service.jobs.cluster import Cluster
 from service.jobs.execution import Executor
 from service.jobs.records import JobRecords
@@ -43,13 +44,36 @@ BEARER = HTTPBearer(
 )
 
 
-def require_token(request: Request, _described=Security(BEARER)) -> None:
-    """With a token configured, ``Authorization: Bearer <token>`` (compared in constant time)."""
+def token_given(request: Request) -> bool:
+    """Whether the request carries the configured token (compared in constant time); never
+    without a token configured."""
     token = request.app.state.services.settings.token
     if not token:
-        return
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+        return False
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def require_token(request: Request, _described=Security(BEARER)) -> None:
+    """With a token configured, ``Authorization: Bearer <token>``."""
+    if request.app.state.services.settings.token and not token_given(request):
         raise ServiceError(401, UNAUTHORIZED, "this service needs Authorization: Bearer <token>",
                            headers={"WWW-Authenticate": "Bearer"})
+
+
+_JSON = re.compile(r"application/([a-z0-9!#$&^_.-]+\+)?json")
+
+
+def is_json(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` says JSON: ``application/json`` or ``application/*+json``."""
+    return bool(_JSON.fullmatch((content_type or "").split(";")[0].strip().lower()))
+
+
+def require_json(request: Request, _token=Depends(require_token)) -> None:
+    """A request that sends a body (POST, PUT, PATCH) must declare it JSON, or 415 (after the
+    token check). A browser sends a cross-site form, ``text/plain`` or untyped body without
+    asking the service first; a JSON one only if a CORS preflight allows it."""
+    if request.method in ("POST", "PUT", "PATCH") and not is_json(request.headers.get("content-type")):
+        given = request.headers.get("content-type")
+        got = f"got {given[:100]!r}" if given else "it has none"
+        raise ServiceError(415, UNSUPPORTED_MEDIA_TYPE, f"the request body must be Content-Type: application/json; {got}")

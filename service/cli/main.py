@@ -27,7 +27,21 @@ def _serve_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                             f"(docs/storage.md; default ./data; {ENV_PREFIX}DATA_ROOT)")
     add("--scheduler", help=f"tcp://HOST:PORT of an existing Dask scheduler; default: an embedded "
                             f"LocalCluster ({ENV_PREFIX}SCHEDULER)")
-    add("--token", help=f"require Authorization: Bearer TOKEN ({ENV_PREFIX}TOKEN)")
+    add("--token", help=f"require Authorization: Bearer TOKEN; every local user can read it in the process "
+                        f"list: prefer --token-file or {ENV_PREFIX}TOKEN")
+    add("--token-file", help=f"read the token from the first line of this file ({ENV_PREFIX}TOKEN_FILE)")
+    add("--allowed-hosts", type=_names, metavar="HOST[:PORT],...",
+        help=f"the Host header values to answer, * for any (default: the --host address and, for loopback, "
+             f"localhost, 127.0.0.1 and [::1], with and without the port; any for 0.0.0.0; "
+             f"{ENV_PREFIX}ALLOWED_HOSTS as a JSON list)")
+    add("--cors-origins", type=_names, metavar="ORIGIN,...",
+        help=f"origins whose web pages may call the API (default none; {ENV_PREFIX}CORS_ORIGINS as a JSON list)")
+    add("--max-connections", type=int, help=f"connections served at once, more get 503 "
+                                            f"(default 256; {ENV_PREFIX}MAX_CONNECTIONS)")
+    add("--read-timeout", type=float, help=f"seconds a client may take to send its request's head or the next "
+                                           f"piece of its body (default 30; {ENV_PREFIX}READ_TIMEOUT)")
+    add("--dashboard", action="store_true",
+        help="embedded cluster: start the Dask dashboard (127.0.0.1; /healthz links to it)")
     add("--n-workers", type=int, help=f"embedded cluster: worker processes (default 2; {ENV_PREFIX}N_WORKERS)")
     add("--threads-per-worker", type=int, help=f"embedded cluster: threads each ({ENV_PREFIX}THREADS_PER_WORKER)")
     add("--memory-limit", help=f"embedded cluster: memory limit per worker, e.g. 2GiB ({ENV_PREFIX}MEMORY_LIMIT)")
@@ -37,8 +51,13 @@ def _serve_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
-    given = {k: v for k, v in vars(args).items() if v is not None and k not in ("log_level", "command")}
+    given = {k: v for k, v in vars(args).items()
+             if v is not None and k not in ("log_level", "command", "dashboard")}
     return Settings(**given)
 
 
@@ -46,12 +65,26 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
+    from service.api.edge import MAX_HEAD_BYTES, head_timed_protocol
 
+    if args.token is not None:
+        print("chunked-tensor-ops: warning: --token is visible to every local user in the process list; "
+              f"use --token-file or {ENV_PREFIX}TOKEN", file=sys.stderr, flush=True)
     settings = settings_from(args)
+    try:
+        app = create_app(settings, dashboard=args.dashboard)
+    except (OSError, ValueError) as error:  # the token file; its message never holds the token
+        print(f"chunked-tensor-ops: error: {error}", file=sys.stderr)
+        return USAGE
     print(f"chunked-tensor-ops: serving on http://{settings.host}:{settings.port} "
           f"(data root {settings.data_root_text()}, "
           f"{'scheduler ' + settings.scheduler if settings.scheduler else 'embedded Dask cluster'})", flush=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                # h11 always (httptools, when installed, would be chosen otherwise), with a deadline
+                # on each request head and a bound on its size
+                http=head_timed_protocol(settings.read_timeout), h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                limit_concurrency=settings.max_connections, timeout_keep_alive=min(5.0, settings.read_timeout),
+                server_header=False)
     return 0
 
 

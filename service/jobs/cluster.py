@@ -1,5 +1,10 @@
 """The Dask cluster the service runs jobs on: an embedded LocalCluster, or an existing
-scheduler (``--scheduler tcp://...``). An unreachable scheduler is a 503, never a hang."""
+scheduler (``--scheduler tcp://...``). An unreachable scheduler is a 503, never a hang.
+
+A Dask scheduler runs whatever code a client sends it, so the embedded cluster lets in only
+this process: worker processes and the scheduler listen on 127.0.0.1 over TLS with credentials
+made at start-up and held only in memory (a local user who finds the port has no certificate),
+and in-process workers talk over ``inproc://``, which nothing outside the process can reach."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import time
 
 import dask
 from distributed import Client, LocalCluster, WorkerPlugin
+from distributed.security import Security
 
 from service.errors import CLUSTER_UNAVAILABLE, ServiceError
 from service.settings import Settings
@@ -37,10 +43,12 @@ class Cluster:
     """Owns the distributed ``Client`` (and the LocalCluster when embedded). Blocking methods;
     call them from threads."""
 
-    def __init__(self, settings: Settings, *, dashboard: bool = True):
+    def __init__(self, settings: Settings, *, dashboard: bool = False):
         self.settings = settings
         self.embedded = settings.scheduler is None
-        self.dashboard = dashboard  # the embedded cluster's (a quicker start without: the command line)
+        # The embedded cluster's dashboard, only when asked: it shows task names, logs and call
+        # stacks to anyone on this machine, and costs start-up time.
+        self.dashboard = dashboard
         self._local: LocalCluster | None = None
         self._client: Client | None = None
         self._lock = threading.Lock()
@@ -49,14 +57,14 @@ class Cluster:
         if self.embedded:
             s = self.settings
             # Workers read and write the data root by path: the same files the API serves.
-            # Worker processes listen on loopback; in-process workers talk over inproc://.
-            where = {"host": "127.0.0.1"} if s.cluster_processes else {}
-            self._local = LocalCluster(
-                n_workers=s.n_workers, threads_per_worker=s.threads_per_worker, memory_limit=s.memory_limit,
-                processes=s.cluster_processes, dashboard_address="127.0.0.1:0",
-                scheduler_kwargs={"dashboard": self.dashboard}, **where,
-            )
-            self._client = Client(self._local, set_as_default=False)
+            where = {"host": "127.0.0.1", "security": Security.temporary()} if s.cluster_processes else {}
+            with dask.config.set(self._http_routes()):
+                self._local = LocalCluster(
+                    n_workers=s.n_workers, threads_per_worker=s.threads_per_worker, memory_limit=s.memory_limit,
+                    processes=s.cluster_processes, dashboard_address="127.0.0.1:0",
+                    scheduler_kwargs={"dashboard": self.dashboard}, **where,
+                )
+            self._client = Client(self._local, security=self._local.security, set_as_default=False)
             if s.cluster_processes:
                 self._client.register_plugin(CloseObjectStoreSessions())
         else:
@@ -64,6 +72,15 @@ class Cluster:
                 self.client()
             except ClusterUnavailable as error:  # the service still answers; executions get 503
                 log.warning("%s", error.detail)
+
+    def _http_routes(self) -> dict:
+        """Dask config for the embedded cluster's HTTP servers, which its scheduler and workers
+        start whether or not there is a dashboard (on 127.0.0.1): without a dashboard, only
+        their ``/health``, not the pages of logs, tracebacks and call stacks."""
+        if self.dashboard:
+            return {}
+        return {"distributed.scheduler.http.routes": ["distributed.http.health"],
+                "distributed.worker.http.routes": ["distributed.http.health"]}
 
     def client(self) -> Client:
         """A connected client, reconnecting to an external scheduler if needed; 503 otherwise."""
@@ -123,12 +140,13 @@ class Cluster:
         except ClusterUnavailable as error:
             return {"scheduler": address, "embedded": self.embedded, "error": error.detail}
         workers = ident.get("workers", {}).values()
+        linked = self._client is not None and (self.dashboard or not self.embedded)  # an external one: its operator's
         return {
             "scheduler": ident.get("address", address),
             "workers": len(workers),
             "threads": sum(w.get("nthreads", 0) for w in workers),
             "memory_limit": sum(w.get("memory_limit") or 0 for w in workers),
-            "dashboard": self._client.dashboard_link if self._client is not None else None,
+            "dashboard": self._client.dashboard_link if linked else None,
             "embedded": self.embedded,
         }
 

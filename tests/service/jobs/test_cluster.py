@@ -55,7 +55,7 @@ def test_healthz_reports_the_external_cluster(api, dask_cluster):
     response = api.get("/healthz")
     assert response.status_code == 200, response.text
     cluster = response.json()["cluster"]
-    assert cluster["scheduler"] == address
+    assert "scheduler" not in cluster and address not in response.text  # only for a token's holder
     assert cluster["workers"] == 2
     assert cluster["threads"] == 2
     assert cluster["memory_limit"] == 2 * GiB
