@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ops import accessor, dtypes, errors  # the accessor package registers DataArray.ops, Dataset.ops
 from ops.accessor import CoordinateDropped
 from ops._fused_stores import fusing_stores
+from ops._limits import limits
 from ops._scratch import scratch
 from ops.dequant import ascend_dequant, pack_deq_scale, unpack_deq_scale
 from ops.depth_space import depth_to_space, space_to_depth
@@ -33,6 +34,7 @@ __all__ = [
     "errors",
     "fusing_stores",
     "gather_nd",
+    "limits",
     "pack_deq_scale",
     "scratch",
     "space_to_batch",

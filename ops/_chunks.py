@@ -12,8 +12,6 @@ import itertools
 import dask
 from dask.utils import parse_bytes
 
-from ops.errors import InvalidArgument
-
 
 def target_bytes() -> int:
     """Dask's ``array.chunk-size`` in bytes: the block size the plans aim at and budget with."""
@@ -99,16 +97,3 @@ def zarr_chunks(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     """One Zarr chunk length per axis such that no two Dask blocks share a Zarr chunk: the
     blocks' length when they are regular (but the last), else the largest (a rechunk)."""
     return tuple(max(max(axis, default=1), 1) for axis in chunks)
-
-
-# More blocks than this is no graph Dask can schedule (each block is at least one task).
-MAX_BLOCKS = 10_000_000
-
-
-def check_block_count(op: str, blocks: int) -> None:
-    """Refuse a plan whose output would have more than MAX_BLOCKS blocks."""
-    if blocks > MAX_BLOCKS:
-        raise InvalidArgument(
-            f"{op}: the output would have {blocks} blocks, more than the {MAX_BLOCKS} a Dask graph can "
-            "hold; give the input larger chunks (or less padding)"
-        )

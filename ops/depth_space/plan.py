@@ -11,7 +11,9 @@ Each output block comes from exactly one input block.
 
 from __future__ import annotations
 
-from ops import _chunks
+import math
+
+from ops import _chunks, _limits
 
 
 def _channel_axes(data_format: str) -> tuple[int, ...]:
@@ -24,7 +26,8 @@ def _spatial_axes(data_format: str) -> tuple[int, int]:
 
 def depth_to_space_chunks(chunks, bs: int, data_format: str, mode: str):
     """(input chunks after rechunking, output chunks) for DepthToSpace: the plan, as a pure function."""
-    chunks = [tuple(c) for c in chunks]
+    given = tuple(tuple(c) for c in chunks)
+    chunks = list(given)
     channel_axes = _channel_axes(data_format)
     for axis in channel_axes:
         if mode == "CRD" and data_format != "NCHW_VECT_C":
@@ -35,12 +38,14 @@ def depth_to_space_chunks(chunks, bs: int, data_format: str, mode: str):
     for axis in _spatial_axes(data_format):
         out[axis] = _chunks.scaled(chunks[axis], bs)
     out[channel_axes[0]] = _chunks.divided(chunks[channel_axes[0]], bs * bs)
+    _check_size("depth_to_space", given, chunks, out)
     return tuple(chunks), tuple(out)
 
 
 def space_to_depth_chunks(chunks, bs: int, data_format: str, mode: str):
     """(input chunks after rechunking, output chunks) for SpaceToDepth."""
-    chunks = [tuple(c) for c in chunks]
+    given = tuple(tuple(c) for c in chunks)
+    chunks = list(given)
     channel_axes = _channel_axes(data_format)
     if not (mode == "CRD" and data_format != "NCHW_VECT_C"):
         for axis in channel_axes:
@@ -51,4 +56,15 @@ def space_to_depth_chunks(chunks, bs: int, data_format: str, mode: str):
     for axis in _spatial_axes(data_format):
         out[axis] = _chunks.divided(chunks[axis], bs)
     out[channel_axes[0]] = _chunks.scaled(chunks[channel_axes[0]], bs * bs)
+    _check_size("space_to_depth", given, chunks, out)
     return tuple(chunks), tuple(out)
+
+
+def _check_size(op: str, given, chunks, out) -> None:
+    """Refuse (``_limits.check``) a plan past the call's limits. Tasks: one per output block,
+    and with a rechunk about one per input block and one per rechunked block more."""
+    blocks = math.prod(map(len, out))
+    tasks = blocks
+    if tuple(chunks) != given:
+        tasks += math.prod(map(len, given)) + math.prod(map(len, chunks))
+    _limits.check(op, blocks, tasks)

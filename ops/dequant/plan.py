@@ -7,7 +7,7 @@ sees whole scale rows.
 
 from __future__ import annotations
 
-from ops import _chunks
+from ops import _chunks, _limits
 
 
 def dequant_chunks(row_chunks, row_div: int):
@@ -16,9 +16,12 @@ def dequant_chunks(row_chunks, row_div: int):
     ``row_div`` 0: one scale row for all (classic); 1: a scale row per src row; g: one per
     g rows, with src row chunks aligned to multiples of g.
     """
-    if row_div == 0:
-        return row_chunks, None
+    given = len(row_chunks)
     if row_div > 1:
         row_chunks = _chunks.align(row_chunks, row_div)
-        return row_chunks, tuple(-(-c // row_div) for c in row_chunks)
-    return row_chunks, row_chunks
+    # A task per block, its scale block and a rechunk of each (about three per block), and
+    # the given row blocks the alignment reads.
+    _limits.check("ascend_dequant", len(row_chunks), 3 * len(row_chunks) + given, "give src larger row chunks")
+    if row_div == 0:
+        return row_chunks, None
+    return row_chunks, tuple(-(-c // row_div) for c in row_chunks)

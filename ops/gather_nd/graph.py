@@ -28,7 +28,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _chunks, _lazy
+from ops import _chunks, _lazy, _limits
 from ops.gather_nd import scratch_graph
 from ops.gather_nd.kernel import (
     _assemble,
@@ -44,6 +44,7 @@ from ops.gather_nd.plan import (
     _block_offsets,
     _broadcast_limit,
     _buckets,
+    _graph_size,
     _lead_chunks,
     _locate,
     _split_requests,
@@ -61,6 +62,7 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
     - Lazy indices, larger params, no scratch store: ``_build_shuffle``.
     """
     lazy_params, lazy_indices = isinstance(params, da.Array), isinstance(indices, da.Array)
+    _limits.check_bytes("gather_nd", out_shape, params.dtype.itemsize)
     if not lazy_indices and not lazy_params:
         return gather_nd_kernel(params, indices, b, negative)
     if not lazy_indices:
@@ -71,11 +73,23 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
     # The lazy plans take whole tuples from one indices block.
     if indices.numblocks[-1] > 1:
         indices = indices.rechunk({indices.ndim - 1: -1})
+    lead = math.prod(indices.numblocks[:-1])
     if not lazy_params or params.nbytes <= _broadcast_limit():
+        _check_size("broadcast", lead, params.npartitions if lazy_params else 1, 1)
         return _build_broadcast(params, indices, b, negative, out_shape)
+    merged = b + indices.shape[-1]
+    plan = "scratch" if scratch is not None else "shuffle"
+    _check_size(plan, lead, math.prod(params.numblocks[:merged]), math.prod(params.numblocks[merged:]))
     if scratch is not None:
         return scratch_graph._build_scratch(params, indices, b, negative, out_shape, scratch)
     return _build_shuffle(params, indices, b, negative, out_shape)
+
+
+def _check_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -> None:
+    """Refuse (``_limits.check``) a graph of ``plan`` past the call's limits, from its block
+    counts (``plan._graph_size``), before any loop over its blocks."""
+    blocks, tasks = _graph_size(plan, lead, params, slices, hits)
+    _limits.check("gather_nd", blocks, tasks, "give params and indices larger chunks (fewer blocks)")
 
 
 def _build_concrete(params: da.Array, indices: np.ndarray, b: int, negative: bool, out_shape):
@@ -91,6 +105,7 @@ def _build_concrete(params: da.Array, indices: np.ndarray, b: int, negative: boo
     slice_chunks = params.chunks[merged:]
     row_bytes = math.prod(params.shape[merged:]) * params.dtype.itemsize
     lead_chunks = _lead_chunks(lead, row_bytes, _chunks.target_bytes())
+    _check_size("concrete", math.prod(map(len, lead_chunks)), 0, math.prod(map(len, slice_chunks)), len(hits))
     # Output blocks along the tuples are contiguous runs of tuple ids: [bounds[o], bounds[o+1]).
     run_bounds = np.cumsum([0] + [
         math.prod(lead_chunks[k][i] for k, i in enumerate(index))

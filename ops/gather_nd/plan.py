@@ -85,3 +85,24 @@ def _split_requests(indices, params_shape, params_chunks, b, negative, offset):
         int(h): (order[start:stop], [coord[start:stop] for coord in local])
         for h, start, stop in zip(hits, starts, stops)
     }
+
+
+def _graph_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -> tuple[int, int]:
+    """(output blocks, tasks) of the graph of ``plan`` (see ``graph``), from block counts alone:
+    ``lead`` blocks of the tuples' dims, ``params`` blocks of params (of its indexed dims,
+    ``hits`` of them hit; all of them for ``broadcast``), ``slices`` blocks of the slice a
+    tuple takes (1 for ``broadcast``: params is one block)."""
+    blocks = lead * slices
+    tasks = {
+        # a gather per hit block and slice block, an assembly per output block
+        "concrete": (lead + hits) * slices,
+        # params merged into one block, a gather per indices block
+        "broadcast": params + lead,
+        # a split per indices block, a request and a piece per (indices block, params block)
+        # pair and slice block, a serve per params block, an assembly per output block
+        "shuffle": lead * (1 + params) + params * slices * (1 + lead) + blocks,
+        # splits and assemblies per run of indices blocks, a serve per group of params blocks
+        # (holding each block's key), a view per output block
+        "scratch": lead + params * slices + 2 * blocks,
+    }[plan]
+    return blocks, tasks

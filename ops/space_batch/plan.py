@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ops import _chunks
+from ops import _chunks, _limits
 
 # ---------------------------------------------------------------------------------------------
 # SpaceToBatchND
@@ -74,6 +74,35 @@ def _axis_reads(chunks, b: int, before: int, cuts):
     return reads
 
 
+def _check_space_to_batch_size(chunks, block_shape, paddings, merge: int) -> None:
+    """Refuse (``_limits.check``) a plan past the call's limits, counted from the chunks
+    alone: padding can ask for more blocks than any graph can hold, and the tuples of output
+    chunks alone would exhaust memory.
+
+    Tasks: two per output block (the blockwise plan makes the blocks of padding and
+    concatenates them with its own), plus per batch chunk and window with data a window
+    task and one per input piece it takes (an edge or export task). On one axis the windows with
+    data and the input chunks are intervals of one line, so they make fewer pieces than
+    their two counts together; a window's pieces are the product of its axes' pieces, so all
+    windows' together are the product of each axis's total.
+    """
+    m = len(block_shape)
+    batch, rest = len(chunks[0]), math.prod(len(c) for c in chunks[1 + m :])
+    windows = data_windows = pieces = 1
+    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
+        length = sum(chunks[1 + i])
+        total = (length + before + after) // b
+        size = _output_chunk(chunks[1 + i], b, total, merge if i == 0 else 1)
+        windows *= max(1, -(-total // size))
+        # The windows over padded rows [before, before + length): those that read input.
+        with_data = (before + length - 1) // (size * b) - before // (size * b) + 1 if length else 0
+        data_windows *= with_data
+        pieces *= with_data + len(chunks[1 + i]) - 1 if length else 0
+    blocks = (1 if batch == 1 else batch * math.prod(block_shape)) * windows * rest
+    tasks = 2 * blocks + batch * rest * (2 * data_windows + pieces)
+    _limits.check("space_to_batch_nd", blocks, tasks, "give the input larger chunks, or less padding")
+
+
 def space_to_batch_nd_chunks(chunks, block_shape, paddings, merge: int = 1):
     """Plan: (output chunks, reads): ``reads[i][k]`` lists the input pieces of output chunk k
     of spatial axis i (see ``_axis_reads``); an empty list is a block of padding only, a
@@ -86,17 +115,8 @@ def space_to_batch_nd_chunks(chunks, block_shape, paddings, merge: int = 1):
     each of the P groups.
     """
     chunks = [tuple(c) for c in chunks]
-    m = len(block_shape)
     groups = math.prod(block_shape)
-    # Counted before any tuple of output chunks is built: padding can ask for more blocks
-    # than any graph can hold, and the tuples alone would exhaust memory.
-    blocks = (1 if len(chunks[0]) == 1 else len(chunks[0]) * groups) * math.prod(
-        len(c) for c in chunks[1 + m :]
-    )
-    for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
-        total = (sum(chunks[1 + i]) + before + after) // b
-        blocks *= max(1, -(-total // _output_chunk(chunks[1 + i], b, total, merge if i == 0 else 1)))
-    _chunks.check_block_count("space_to_batch_nd", blocks)
+    _check_space_to_batch_size(chunks, block_shape, paddings, merge)
     out, reads = list(chunks), []
     out[0] = (sum(chunks[0]) * groups,) if len(chunks[0]) == 1 else chunks[0] * groups
     for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
@@ -185,7 +205,8 @@ def batch_to_space_nd_chunks(chunks, block_shape, crops):
     block reads the same block of each group. On each spatial axis the input chunks whose
     rows are cropped away entirely are dropped (``kept[i] = (first, stop)`` chunk indices).
     """
-    chunks = [tuple(c) for c in chunks]
+    given = tuple(tuple(c) for c in chunks)
+    chunks = list(given)
     groups = math.prod(block_shape)
     batch = sum(chunks[0]) // groups
     out = list(chunks)
@@ -216,7 +237,26 @@ def batch_to_space_nd_chunks(chunks, block_shape, crops):
             continue
         kept.append((live[0], live[-1] + 1))
         out[axis] = tuple(sizes[live[0] : live[-1] + 1])
+    _check_batch_to_space_size(given, chunks, out, block_shape)
     return tuple(chunks), tuple(kept), tuple(out)
+
+
+def _check_batch_to_space_size(given, chunks, out, block_shape) -> None:
+    """Refuse (``_limits.check``) a plan past the call's limits, before the graph builders
+    loop over its blocks. Tasks: each output block and the input blocks it reads (the same
+    block of each of the P groups with the batch axis chunked, else one, or up to two per
+    spatial axis when the blocks are counted from the first kept row: ``_shifted_rows``),
+    and a rechunk from the ``given`` chunks to ``chunks``."""
+    m = len(block_shape)
+    blocks = math.prod(len(c) for c in out)
+    if len(chunks[0]) > 1:
+        reads = math.prod(block_shape)
+    else:
+        reads = 1 if all(map(_chunks.zarr_regular, out[1 : 1 + m])) else 2**m
+    tasks = blocks * (1 + reads)
+    if tuple(chunks) != tuple(given):
+        tasks += math.prod(len(c) for c in given) + math.prod(len(c) for c in chunks)
+    _limits.check("batch_to_space_nd", blocks, tasks, "give the input larger chunks")
 
 
 def _local_crops(chunks, kept, b: int, lo: int, length: int) -> list[tuple[int, int]]:

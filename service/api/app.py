@@ -70,6 +70,7 @@ def open_services(settings: Settings, dashboard: bool = False) -> Services:
     cluster = Cluster(settings, dashboard=dashboard)
     cluster.start()
     executor = Executor(store, records, cluster, max_inline_bytes=settings.max_inline_bytes,
+                        max_graph_blocks=settings.max_graph_blocks, max_graph_tasks=settings.max_graph_tasks,
                         max_jobs=settings.max_jobs, max_queued_jobs=settings.max_queued_jobs)
     return Services(settings, store, records, cluster, executor)
 

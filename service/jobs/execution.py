@@ -25,6 +25,7 @@ import numpy as np
 import xarray as xr
 from distributed import CancelledError, Future
 
+from ops import _limits
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from schemas.service import ExecuteRequest
@@ -64,11 +65,13 @@ class Executor:
     """Runs executions: synchronously for a request, or as background jobs."""
 
     def __init__(self, store: ArrayStorage, records: JobRecords, cluster: Cluster, *, max_inline_bytes: int,
-                 max_jobs: int = 4, max_queued_jobs: int = 64):
+                 max_jobs: int = 4, max_queued_jobs: int = 64, max_graph_blocks: int | None = None,
+                 max_graph_tasks: int | None = None):
         self.store = store
         self.records = records
         self.cluster = cluster
         self.max_inline_bytes = max_inline_bytes
+        self.max_graph_blocks, self.max_graph_tasks = max_graph_blocks, max_graph_tasks  # None: ops' defaults
         self.max_jobs, self.max_queued_jobs = max_jobs, max_queued_jobs
         self._running: dict[str, _Control] = {}  # the executions of this process
         self._lock = threading.Lock()  # over _running and _workers
@@ -87,14 +90,32 @@ class Executor:
         """The operator's lazy result. Inline inputs become one-block Dask arrays, so nothing
         is computed (or allocated) before the result's size has been checked. ``scratch``
         (``{"url", "storage_options"}``) is where GatherNd writes its intermediate files.
-        Raises InvalidArgument / IndexError (bad parameters) before anything runs."""
+        Raises InvalidArgument / IndexError (bad parameters) before anything runs.
+
+        The operator counts its output's blocks and its graph's tasks (and, where it knows the
+        output's shape before it builds, its bytes) against this service's limits before it
+        builds anything, and the whole graph's tasks are counted once it is built: past a
+        limit, a 400 (413 for bytes) naming the setting that sets it."""
         arrays = {}
         for name, value in plan.call.arrays.items():
             if isinstance(value, str):
                 arrays[name] = self.store.open(value)
             elif isinstance(value, np.ndarray):
                 arrays[name] = da.from_array(value, chunks=-1 if value.ndim else ())
-        result = plan.call.with_arrays(arrays).run(scratch=scratch)
+        inline = plan.transmission == "value" or plan.inline_only  # as _check_size decides
+        settings = {"max_blocks": "max_graph_blocks", "max_tasks": "max_graph_tasks",
+                    "max_bytes": "max_inline_bytes" if inline else "max_upload_bytes"}
+        try:
+            with _limits.limits(max_blocks=self.max_graph_blocks, max_tasks=self.max_graph_tasks,
+                                max_bytes=self.max_inline_bytes if inline else self.store.max_upload_bytes):
+                result = plan.call.with_arrays(arrays).run(scratch=scratch)
+                if dask.is_dask_collection(result.data):  # a HighLevelGraph's length materialises no layer
+                    _limits.check(plan.process_id, result.data.npartitions, len(result.data.__dask_graph__()))
+        except _limits.LimitExceeded as error:
+            setting = settings[error.limit]
+            detail = f"{error} (the service's {setting} setting, CHUNKED_TENSOR_OPS_{setting.upper()})"
+            raise (too_large(detail) if error.limit == "max_bytes"
+                   else ServiceError(400, INVALID_PARAMETER, detail)) from None
         self._check_size(plan, result)
         return result
 
