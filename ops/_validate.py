@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from ops import dtypes
+from ops import _limits, dtypes
 from ops.errors import InvalidArgument
 
 INT64_MAX = 2**63 - 1
@@ -133,11 +133,13 @@ def rank(param: str, x, allowed: str, ok: bool) -> None:
         raise InvalidArgument(f"{param} must have rank {allowed}, got rank {x.ndim} (shape {list(x.shape)})")
 
 
-def output_shape(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Refuse an output shape whose byte size overflows int64 (it could not be allocated)."""
+def output_shape(shape: tuple[int, ...], itemsize: int, op: str = "the operator") -> tuple[int, ...]:
+    """Refuse an output shape whose byte size overflows int64 (it could not be allocated), or
+    passes the ``max_bytes`` of ``ops.limits`` (before any graph is built)."""
     elements = math.prod(max(n, 1) for n in shape)
     if any(n > INT64_MAX for n in shape) or elements * itemsize > INT64_MAX:
         raise InvalidArgument(
             f"output shape {list(shape)} overflows int64 ({elements} elements of {itemsize} bytes)"
         )
+    _limits.check_bytes(op, shape, itemsize)
     return tuple(shape)

@@ -44,7 +44,7 @@ def _validate_depth_to_space(x, block_size, data_format, mode):
             f"output depth (channels / block_size**2 = {channels // (bs * bs)}) must be "
             f"divisible by 4 for NCHW_VECT_C"
         )
-    _validate.output_shape(_space_shape(x.shape, bs, p.data_format), x.dtype.itemsize)
+    _validate.output_shape(_space_shape(x.shape, bs, p.data_format), x.dtype.itemsize, "depth_to_space")
     return x, p
 
 
@@ -56,5 +56,6 @@ def _validate_space_to_depth(x, block_size, data_format, mode):
                 f"input {label} (x.shape[{axis}] = {x.shape[axis]}) must be divisible by "
                 f"block_size {p.block_size}"
             )
-    _validate.output_shape(_depth_shape(x.shape, p.block_size, p.data_format), x.dtype.itemsize)
+    _validate.output_shape(_depth_shape(x.shape, p.block_size, p.data_format), x.dtype.itemsize,
+                           "space_to_depth")
     return x, p

@@ -59,7 +59,7 @@ def _validate_gather_nd(params, indices, batch_dims, negative_index_support):
             f"= {r - b}, got {c}"
         )
     out_shape = (*indices.shape[:-1], *params.shape[b + c :])
-    _validate.output_shape(out_shape, params.dtype.itemsize)
+    _validate.output_shape(out_shape, params.dtype.itemsize, "gather_nd")
     return params, indices, p, out_shape
 
 

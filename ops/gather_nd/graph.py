@@ -62,7 +62,6 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
     - Lazy indices, larger params, no scratch store: ``_build_shuffle``.
     """
     lazy_params, lazy_indices = isinstance(params, da.Array), isinstance(indices, da.Array)
-    _limits.check_bytes("gather_nd", out_shape, params.dtype.itemsize)
     if not lazy_indices and not lazy_params:
         return gather_nd_kernel(params, indices, b, negative)
     if not lazy_indices:

@@ -50,7 +50,8 @@ def _validate_space_to_batch_nd(x, block_shape, paddings):
                 f"{x.shape[1 + i]} + {lo} + {hi} = {padded}) must be divisible by "
                 f"block_shape[{i}] = {b}"
             )
-    _validate.output_shape(_batch_shape(x.shape, p.block_shape, p.paddings), x.dtype.itemsize)
+    _validate.output_shape(_batch_shape(x.shape, p.block_shape, p.paddings), x.dtype.itemsize,
+                           "space_to_batch_nd")
     return x, p
 
 
@@ -68,7 +69,8 @@ def _validate_batch_to_space_nd(x, block_shape, crops):
                 f"crops[{i}] = [{lo}, {hi}] removes more than spatial dim {i} holds "
                 f"(x.shape[{1 + i}] * block_shape[{i}] = {full})"
             )
-    _validate.output_shape(_space_shape(x.shape, p.block_shape, p.crops), x.dtype.itemsize)
+    _validate.output_shape(_space_shape(x.shape, p.block_shape, p.crops), x.dtype.itemsize,
+                           "batch_to_space_nd")
     return x, p
 
 
