@@ -34,8 +34,9 @@ from bench import fuzzing  # noqa: E402
 
 
 def settings(root: str) -> Settings:
+    # TestClient's requests say Host: testserver, which a loopback service answers only when told
     return Settings(data_root=root, n_workers=1, threads_per_worker=2, cluster_processes=False,
-                    memory_limit="4GiB")
+                    memory_limit="4GiB", allowed_hosts=["testserver"])
 
 
 def run(examples: int, seed: int | None, phases: list[str] | None) -> int:

@@ -84,7 +84,9 @@ def serve(args: argparse.Namespace) -> int:
                 # on each request head and a bound on its size
                 http=head_timed_protocol(settings.read_timeout), h11_max_incomplete_event_size=MAX_HEAD_BYTES,
                 limit_concurrency=settings.max_connections, timeout_keep_alive=min(5.0, settings.read_timeout),
-                server_header=False)
+                # on SIGTERM, requests still open (a synchronous execution) get this long before the
+                # app's shutdown stops their jobs; otherwise the service waits for them to finish
+                timeout_graceful_shutdown=3, server_header=False)
     return 0
 
 

@@ -259,7 +259,9 @@ def delete_array(name: ArrayName, svc: Services = Depends(services)):
     check_name(name)
     if not svc.store.exists(name):
         raise no_such_array(name)
-    _check_free(svc, name, "delete")
-    svc.store.delete(name)
+    with svc.records.unused(name) as job:  # no job can start reading it while it goes
+        if job is not None:
+            raise conflict(f"array {name!r} is in use by running job {job}; delete it when the job has finished")
+        svc.store.delete(name)
     return Response(status_code=204)
 

@@ -26,7 +26,7 @@ from schemas.service import (
 from service.api import descriptions
 from service.api.routers import ProcessID, dtype_header, npy_bytes, problems
 from service.api.routers.jobs import result_document, status_info
-from service.api.state import Services, base_url, require_token, services
+from service.api.state import Services, base_url, is_json, require_token, services
 from service.errors import NO_SUCH_PROCESS, ServiceError, bad_request, too_large
 
 router = APIRouter(tags=["processes"], dependencies=[Depends(require_token)])
@@ -125,8 +125,8 @@ def _execute_body(op: registry.Operator | None) -> dict:
 
 async def _read_request(request: Request, limit: int) -> ExecuteRequest:
     """The JSON body, read with a size limit (base64 inline arrays may be large)."""
-    media = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if media != "application/json":
+    media = request.headers.get("content-type")
+    if not is_json(media):  # require_json refuses it first; this keeps the reader honest on its own
         raise ServiceError(415, "https://chunked-tensor-ops.readthedocs.io/exceptions/unsupported-media-type",
                            f"the execute request must be application/json, got {media!r}")
     declared = request.headers.get("content-length")
