@@ -94,12 +94,8 @@ class ArrayStore(StoreBase):
     root : Path
         The data root: ``arrays/`` holds the arrays, ``tmp/`` what is being built, and the
         job records live in the root itself.
-    chunk_bytes : int
-        The size aimed at for one stored chunk and one piece of an NPY download.
-    max_upload_bytes : int
-        The largest array an upload or a job may store.
-    budgets : Budgets, optional
-        What one stored array may cost (default: the settings' defaults).
+    chunk_bytes, max_upload_bytes, budgets
+        As for ``service.storage.base.StoreBase``.
     """
 
     def __init__(self, root: Path, *, chunk_bytes: int, max_upload_bytes: int, budgets: Budgets | None = None):

@@ -128,6 +128,20 @@ def _check_shape(value: object, key: str, *, positive: bool) -> list[int]:
     return value
 
 
+def _check_chunk_shape(value: object, key: str, shape: list[int], other: str, *, itemsize: int, data_type: str,
+                       max_chunk_bytes: int, budgets: Budgets | None) -> list[int]:
+    """``value`` as the chunk shape of ``shape`` (``other`` describes its rank): one positive
+    length per axis, a chunk at most `max_chunk_bytes` decoded."""
+    chunks = _check_shape(value, key, positive=True)
+    if len(chunks) != len(shape):
+        raise ZipStoreError(f"{key} {chunks!s:.200} has {len(chunks)} dimensions, {other}")
+    nbytes = _nbytes(chunks, itemsize, max_chunk_bytes)
+    if nbytes > max_chunk_bytes:
+        raise ZipTooLarge(f"{key} {chunks!s:.200} of {data_type} is {nbytes} bytes or more, "
+                          f"{_more_than(budgets, 'max_chunk_bytes', 'max_chunk_bytes', max_chunk_bytes)}")
+    return chunks
+
+
 def _codec_name(codec: object, where: str) -> tuple[str, object]:
     if isinstance(codec, str):
         return codec, None
@@ -214,21 +228,9 @@ def _check_codecs(
                 f"{where}: codec 'sharding_indexed' needs a 'configuration' object, "
                 f"got {config!r:.200}"
             )
-        inner = _check_shape(
-            config.get("chunk_shape"), "sharding_indexed chunk_shape", positive=True
-        )
-        if len(inner) != len(chunk_shape):
-            raise ZipStoreError(
-                f"sharding_indexed chunk_shape {inner} has {len(inner)} dimensions, "
-                f"the array has {len(chunk_shape)}"
-            )
-        nbytes = _nbytes(inner, itemsize, max_chunk_bytes)
-        if nbytes > max_chunk_bytes:
-            raise ZipTooLarge(
-                f"sharding_indexed chunk_shape {inner} of {data_type} is {nbytes} bytes or more, "
-                f"{_more_than(budgets, 'max_chunk_bytes', 'max_chunk_bytes', max_chunk_bytes)}"
-            )
         limits = dict(itemsize=itemsize, max_chunk_bytes=max_chunk_bytes, budgets=budgets)
+        inner = _check_chunk_shape(config.get("chunk_shape"), "sharding_indexed chunk_shape", chunk_shape,
+                                   f"the array has {len(chunk_shape)}", data_type=data_type, **limits)
         _check_codecs(config.get("codecs"), f"{where} > sharding_indexed codecs", chunk_shape=inner,
                       data_type=data_type, sharded=True, **limits)
         if config.get("index_codecs") is not None:
@@ -372,18 +374,9 @@ def check_array_metadata(meta: dict, *, max_bytes: int, max_chunk_bytes: int, bu
             "chunk_grid must be {'name': 'regular', 'configuration': {'chunk_shape': [...]}}, "
             f"got {grid!r:.200}"
         )
-    chunk_shape = _check_shape(config["chunk_shape"], "chunk_shape", positive=True)
-    if len(chunk_shape) != len(shape):
-        raise ZipStoreError(
-            f"chunk_shape {chunk_shape!s:.200} has {len(chunk_shape)} dimensions, "
-            f"shape {shape!s:.200} has {len(shape)}"
-        )
-    chunk_bytes = _nbytes(chunk_shape, itemsize, max_chunk_bytes)
-    if chunk_bytes > max_chunk_bytes:
-        raise ZipTooLarge(
-            f"chunk_shape {chunk_shape} of {data_type} is {chunk_bytes} bytes or more, "
-            f"{_more_than(budgets, 'max_chunk_bytes', 'max_chunk_bytes', max_chunk_bytes)}"
-        )
+    chunk_shape = _check_chunk_shape(config["chunk_shape"], "chunk_shape", shape,
+                                     f"shape {shape!s:.200} has {len(shape)}", itemsize=itemsize,
+                                     data_type=data_type, max_chunk_bytes=max_chunk_bytes, budgets=budgets)
     if budgets is not None:
         _check_budgets(meta, shape=shape, chunk_shape=chunk_shape, itemsize=itemsize, data_type=data_type,
                        max_bytes=max_bytes, budgets=budgets)
