@@ -12,6 +12,7 @@ import numpy as np
 import xarray as xr
 
 from ops import _validate, registry
+from ops._limits import LimitExceeded
 from ops.accessor import conventions
 from ops.accessor.coords import _warn
 from ops.accessor.history import with_step
@@ -52,6 +53,8 @@ def gather_by_name(params: xr.DataArray, indices, *, batch_dims, negative_index_
     try:
         data = registry.get("gather_nd").function(work.data, indices.data, batch_dims=batch_dims,
                                                   negative_index_support=negative_index_support, scratch=scratch)
+    except LimitExceeded:  # no positions in it
+        raise
     except (InvalidArgument, IndexError) as error:  # positional wording -> dim names
         raise type(error)(conventions.gather_in_dim_terms(str(error), work.dims, indices.dims)) from None
     coords = {name: c.variable for name, c in indices.coords.items() if tuple_dim not in c.dims}

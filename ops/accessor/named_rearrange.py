@@ -15,6 +15,7 @@ import numpy as np
 import xarray as xr
 
 from ops import registry
+from ops._limits import LimitExceeded
 from ops.accessor import conventions, coords
 from ops.accessor.history import plain_ints, with_step
 from ops.dims import find_dims, layout_of, no_other_dims
@@ -88,7 +89,7 @@ def checked_depth(arr: xr.DataArray, op: str, block_size, mode, dims, keep_attrs
     conventions.check_depth(op, arr, roles, size)
     try:
         out = depth(arr, op, size, mode, roles)
-    except DimensionError:
+    except (DimensionError, LimitExceeded):  # already in the caller's terms
         raise
     except InvalidArgument as error:  # a rule checked only below (the NCHW_VECT_C lane): in dim names
         order = {"NCHW": "NCHW", "NCHW_VECT_C": "NCHWV"}.get(layout_of(arr.dims, roles), "NHWC")
@@ -162,7 +163,7 @@ def _checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, batch_dim: st
         conventions.check_batch_to_space(arr, batch_dim, known, rows)
     try:
         out = batch(arr, op, blocks, rows, batch_dim)
-    except DimensionError:
+    except (DimensionError, LimitExceeded):  # already in the caller's terms
         raise
     except InvalidArgument as error:  # a rule checked only below: say it in dim names too
         raise type(error)(conventions.in_dim_terms(str(error), (batch_dim, *blocks))) from None

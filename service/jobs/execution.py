@@ -114,8 +114,12 @@ class Executor:
         except _limits.LimitExceeded as error:
             setting = settings[error.limit]
             detail = f"{error} (the service's {setting} setting, CHUNKED_TENSOR_OPS_{setting.upper()})"
-            raise (too_large(detail) if error.limit == "max_bytes"
-                   else ServiceError(400, INVALID_PARAMETER, detail)) from None
+            if error.limit == "max_bytes" and inline:  # worded as _check_size words it, known sooner
+                raise too_large(f"the result is {error.count} bytes, over the {error.allowed}-byte inline limit "
+                                f"({setting}, CHUNKED_TENSOR_OPS_{setting.upper()}); {self._size_hint(plan)}") from None
+            if error.limit == "max_bytes":
+                raise too_large(detail) from None
+            raise ServiceError(400, INVALID_PARAMETER, detail) from None
         self._check_size(plan, result)
         return result
 
@@ -133,6 +137,14 @@ class Executor:
         concurrent jobs share nothing)."""
         return self.build(plan, scratch)
 
+    @staticmethod
+    def _size_hint(plan: JobPlan) -> str:
+        """How to get a result past the inline limit."""
+        if not plan.inline_only:
+            return "ask for outputs.result.transmissionMode \"reference\" and download /arrays/NAME"
+        return ("upload the inputs with PUT /arrays/NAME, pass their href and ask for transmissionMode "
+                "\"reference\", so the cluster computes it")
+
     def _check_size(self, plan: JobPlan, result: xr.DataArray) -> None:
         """Refuse a result the service would have to hold (inline value, or computed from
         inline inputs in its own process) past the inline limit, and any result past the
@@ -140,12 +152,8 @@ class Executor:
         nbytes = math.prod(result.shape) * np.dtype(result.dtype).itemsize
         if plan.transmission == "value" or plan.inline_only:
             if nbytes > self.max_inline_bytes:
-                hint = ("ask for outputs.result.transmissionMode \"reference\" and download /arrays/NAME"
-                        if not plan.inline_only else
-                        "upload the inputs with PUT /arrays/NAME, pass their href and ask for transmissionMode "
-                        "\"reference\", so the cluster computes it")
                 raise too_large(f"the result is {nbytes} bytes, over the {self.max_inline_bytes}-byte inline "
-                                f"limit; {hint}")
+                                f"limit; {self._size_hint(plan)}")
         elif nbytes > self.store.max_upload_bytes:
             raise too_large(f"the result would be {nbytes} bytes, over the {self.store.max_upload_bytes}-byte "
                             "limit of a stored array")
