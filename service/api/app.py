@@ -27,7 +27,7 @@ from service.api.edge import (
     allowed_hosts,
 )
 from service.api.routers import arrays, health, jobs, landing, processes
-from service.api.state import Services, require_json, require_token
+from service.api.state import Services, require_json, require_token, server_paths
 from service.jobs.cluster import Cluster
 from service.jobs.execution import Executor
 from service.jobs.records import JobRecords
@@ -134,12 +134,7 @@ def _server_paths(app: FastAPI, settings: Settings) -> list:
     """The directories of this server that no error body may name."""
     svc = getattr(app.state, "services", None)
     paths = [] if settings.remote else [Path(settings.data_root).absolute()]
-    if svc is not None:
-        paths += [svc.store.state_dir] + ([] if settings.remote else [svc.store.root])
-        scratch = svc.store.scratch_root
-        if scratch is not None and "://" not in scratch[0]:
-            paths.append(Path(scratch[0]).absolute())
-    return paths
+    return paths + (server_paths(svc.store) if svc is not None else [])
 
 
 def _guard_the_edge(app: FastAPI, settings: Settings) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPBearer
@@ -77,3 +78,13 @@ def require_json(request: Request, _token=Depends(require_token)) -> None:
         given = request.headers.get("content-type")
         got = f"got {given[:100]!r}" if given else "it has none"
         raise ServiceError(415, UNSUPPORTED_MEDIA_TYPE, f"the request body must be Content-Type: application/json; {got}")
+
+
+def server_paths(store) -> list:
+    """The directories of the store that no answer may name: its state directory, its root
+    when that is local, and a local scratch root."""
+    paths = [p for p in (store.state_dir, store.root) if isinstance(p, Path)]
+    scratch = store.scratch_root
+    if scratch is not None and "://" not in scratch[0]:
+        paths.append(Path(scratch[0]).absolute())
+    return paths

@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from ops import registry
 from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results, StatusInfo
 from service.api.routers import JobID, dtype_header, npy_bytes, problems
-from service.api.state import Services, base_url, require_token, services
-from service.errors import INVALID_PARAMETER, NO_SUCH_ARRAY, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError
+from service.api.state import Services, base_url, require_token, server_paths, services
+from service.errors import INVALID_PARAMETER, NO_SUCH_ARRAY, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError, redact
 from service.storage.protocol import ArrayStorage
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(require_token)])
@@ -26,8 +26,11 @@ def status_info(job: dict, base: str, store: ArrayStorage | None = None) -> dict
     """A job record as an OGC statusInfo document. A successful job links to its results and
     its result array while that is stored (with ``store``, it is looked up): a synchronous
     execution that returned its result inline stored none, and a result can be deleted."""
+    message = job["message"]
+    if message and store is not None:  # a failure's message may quote a worker's error
+        message = redact(message, server_paths(store))
     info = {"jobID": job["id"], "type": "process", "processID": job["process_id"], "status": job["status"],
-            "message": job["message"], "progress": job["progress"]}
+            "message": message, "progress": job["progress"]}
     info.update({k: job[k] for k in _STATUS_FIELDS if job.get(k)})
     links = [{"href": f"{base}/jobs/{job['id']}", "rel": "self", "type": "application/json", "title": "status"}]
     if job["status"] == "successful" and (store is None or store.exists(job["writes"])):

@@ -189,3 +189,18 @@ def test_restart_keeps_jobs_and_arrays(tmp_path):
             assert results.status_code >= 400 and "interrupted" in assert_problem(results, results.status_code)["detail"]
         # the array the interrupted job read is free again
         assert second.delete("/arrays/input").status_code == 204
+
+
+def test_a_failed_job_message_names_no_server_path(client):
+    """A failure's message may quote a worker's error, which names files under the data root;
+    the job document says <server path> instead."""
+    svc = client.app.state.services
+    job_id = uuid.uuid4().hex
+    svc.records.create(job_id, "depth_to_space", [], job_id, "value", status="running")
+    root = str(svc.store.root)
+    svc.records.finish(job_id, "failed", f"the computation failed: FileNotFoundError: {root}/arrays/x/c/0 is gone")
+    body = client.get(f"/jobs/{job_id}").json()
+    assert body["status"] == "failed"
+    assert root not in body["message"] and "<server path>/arrays/x/c/0 is gone" in body["message"], body
+    listed = next(j for j in client.get("/jobs?limit=100").json()["jobs"] if j["jobID"] == job_id)
+    assert root not in listed["message"]
