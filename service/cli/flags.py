@@ -36,13 +36,18 @@ def parse_params(items: list[str]) -> dict[str, object]:
     return params
 
 
+def _role_and_value(item: str, op: registry.Operator) -> tuple[str, str]:
+    """``ROLE=VALUE`` when the text before the first ``=`` names an array input of ``op``, else
+    the first array input and the whole text (so values with ``=`` in them work)."""
+    role, sep, value = item.partition("=")
+    return (role, value) if sep and role in op.array_inputs else (op.array_inputs[0], item)
+
+
 def parse_inputs(items: list[str], op: registry.Operator) -> dict[str, str]:
     """``--input PATH`` (the operator's first array input) or ``--input ROLE=PATH``."""
     inputs: dict[str, str] = {}
     for item in items:
-        role, sep, path = item.partition("=")
-        if not (sep and role in op.array_inputs):
-            role, path = op.array_inputs[0], item
+        role, path = _role_and_value(item, op)
         if role in inputs:
             raise usage(f"--input {role} is given twice; {op.name} takes the array inputs "
                         f"{', '.join(op.array_inputs)} (--input ROLE=PATH)")
@@ -54,13 +59,7 @@ def parse_inputs(items: list[str], op: registry.Operator) -> dict[str, str]:
 
 def parse_variables(items: list[str], op: registry.Operator) -> dict[str, str]:
     """``--variable NAME`` (the first array input) or ``--variable ROLE=NAME``."""
-    variables: dict[str, str] = {}
-    for item in items:
-        role, sep, name = item.partition("=")
-        if not (sep and role in op.array_inputs):
-            role, name = op.array_inputs[0], item
-        variables[role] = name
-    return variables
+    return dict(_role_and_value(item, op) for item in items)
 
 
 def parse_chunks(text: str | None, dims: tuple[str, ...]) -> dict | None:

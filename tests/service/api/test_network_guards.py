@@ -101,7 +101,7 @@ def test_the_allowed_hosts():
 
     assert hosts() == {f"{name}{port}" for name in ("127.0.0.1", "localhost", "[::1]") for port in ("", ":8000")}
     assert hosts(host="::1", port=9000) >= {"[::1]:9000", "localhost:9000", "127.0.0.1"}
-    assert hosts(host="10.0.0.5", port=80) == {"10.0.0.5", "10.0.0.5:80"}
+    assert hosts(host="node.example", port=80) == {"node.example", "node.example:80"}
     assert hosts(host="api.internal") == {"api.internal", "api.internal:8000"}
     assert hosts(host="0.0.0.0") is None and hosts(host="::") is None  # every interface: names unknown
     assert hosts(host="0.0.0.0", allowed_hosts=["API.example.org", "api.example.org:8443"]) == {
