@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 INT64_MAX = 2**63 - 1
 # The largest block size whose square still fits in int64 (DepthToSpace divides C by it).
@@ -23,6 +23,11 @@ BlockEntry = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]
 # block_shape has 1 <= M < rank <= 8 entries.
 BlockShape = Annotated[list[BlockEntry], Field(min_length=1, max_length=7)]
 PairList = Annotated[list[tuple[NonNegative, NonNegative]], Field(min_length=1, max_length=7)]
+# The value of padded cells: a number the input's dtype can hold (checked with the dtype), or
+# "NaN", since JSON has no NaN.
+PadValue = Annotated[StrictInt | StrictFloat | Literal["NaN"], Field(
+    description="The value of the padded cells (default 0): a number the input's dtype holds, "
+                "or \"NaN\" for floating (and packed) data")]
 
 
 class _Params(BaseModel):
@@ -55,17 +60,19 @@ def _check_rows(name: str, rows: list, block_shape: list[int]) -> None:
 
 
 class SpaceToBatchParams(_Params):
-    """SpaceToBatch (the seed operator): 4-D NHWC, square blocks, zero padding."""
+    """SpaceToBatch (the seed operator): 4-D NHWC, square blocks, padding with ``pad_value``."""
 
     block_size: Annotated[StrictInt, Field(ge=1, le=MAX_SQUARE_ROOT_INT64)]
     paddings: tuple[tuple[NonNegative, NonNegative], tuple[NonNegative, NonNegative]]
+    pad_value: PadValue = 0
 
 
 class SpaceToBatchNDParams(_Params):
-    """SpaceToBatchND (TensorFlow): M spatial dims, zero padding."""
+    """SpaceToBatchND (TensorFlow): M spatial dims, padding with ``pad_value`` (zero by default)."""
 
     block_shape: BlockShape
     paddings: PairList
+    pad_value: PadValue = 0
 
     @model_validator(mode="after")
     def _rows_match(self):

@@ -44,6 +44,31 @@ def cf_encoding(arr) -> dict:
     return {key: arr.encoding[key] for key in CF_ENCODING if key in arr.encoding}
 
 
+def _is_nan(value) -> bool:
+    return (isinstance(value, str) and value == "NaN") or (
+        isinstance(value, (float, np.floating)) and bool(np.isnan(value)))
+
+
+def pad_value(arr, value):
+    """The pad value for SpaceToBatchND on ``arr``: NaN on integers read without decoding
+    (``mask_and_scale=False``) that carry a ``_FillValue`` (or ``missing_value``) is that fill
+    value, the missing value of packed data; anything else as given (the operator checks it
+    against the dtype)."""
+    if _is_nan(value) and np.dtype(arr.dtype).kind in "iu":
+        for key in ("_FillValue", "missing_value"):
+            fill = arr.encoding.get(key, arr.attrs.get(key))
+            if fill is not None and np.ndim(fill) == 0:
+                return fill.item() if isinstance(fill, np.generic) else fill
+    return value
+
+
+def json_number(value):
+    """``value`` as JSON can hold it (``ops_history``): NaN as ``"NaN"``, NumPy scalars as Python's."""
+    if _is_nan(value):
+        return "NaN"
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def name_of(arr):
     """The name a result of ``arr`` carries: its name, unless xarray took it from the Dask array
     (an unnamed lazy DataArray is named after its graph key, which means nothing to a reader)."""

@@ -59,14 +59,14 @@ class OpsAccessor:
     def _depth(self, op: str, block_size, mode, roles) -> xr.DataArray:
         return named_rearrange.depth(self._obj, op, block_size, mode, roles)
 
-    def _batch(self, op: str, block_shape, pairs, batch_dim: str) -> xr.DataArray:
-        return named_rearrange.batch(self._obj, op, block_shape, pairs, batch_dim)
+    def _batch(self, op: str, block_shape, pairs, batch_dim: str, pad_value=0) -> xr.DataArray:
+        return named_rearrange.batch(self._obj, op, block_shape, pairs, batch_dim, pad_value)
 
     def _square_roles(self, dims) -> dict[str, str]:
         return named_rearrange.square_roles(self._obj, dims)
 
-    def _space_to_batch(self, block_size, paddings, roles) -> xr.DataArray:
-        return named_rearrange.square_space_to_batch_on(self._obj, block_size, paddings, roles, None)
+    def _space_to_batch(self, block_size, paddings, roles, pad_value=0) -> xr.DataArray:
+        return named_rearrange.square_space_to_batch_on(self._obj, block_size, paddings, roles, None, pad_value)
 
     # --- DepthToSpace / SpaceToDepth ---------------------------------------------------------
 
@@ -166,11 +166,11 @@ class OpsAccessor:
 
     # --- SpaceToBatch(ND) / BatchToSpaceND -----------------------------------------------------
 
-    def space_to_batch_nd(self, block_shape=None, paddings=None, *, dims=None, keep_attrs=None,
+    def space_to_batch_nd(self, block_shape=None, paddings=None, *, pad_value=0, dims=None, keep_attrs=None,
                           **block_shape_kwargs) -> xr.DataArray:
         """SpaceToBatchND with the spatial dims by name: blocks of each move to the batch dim.
 
-        Each named spatial dim is zero-padded, then cut into blocks of its block size; the
+        Each named spatial dim is padded, then cut into blocks of its block size; the
         block offsets become the batch dim (``N * prod(block sizes)`` entries) and the dims
         shrink to the number of blocks. Dims not named keep their size.
 
@@ -180,8 +180,11 @@ class OpsAccessor:
             Block size (>= 1) per spatial dim, e.g. ``{"y": 2, "x": 2}``; or give them as
             keywords, ``.ops.space_to_batch_nd(y=2, x=2)`` (not both).
         paddings : dict of str to (int, int), optional
-            Zeros added (before, after) per spatial dim, e.g. ``{"y": (1, 1)}``; dims not
+            Cells added (before, after) per spatial dim, e.g. ``{"y": (1, 1)}``; dims not
             listed are not padded. Each padded size must divide by the block size.
+        pad_value : int, float or "NaN", default 0
+            The value of the added cells, in the array's own values: NaN marks them missing
+            (on packed integers read without decoding, their ``_FillValue``).
         dims : dict of str to str, optional
             The batch dim if its name is not recognised, e.g. ``{"N": "sample"}``.
         keep_attrs : bool, optional
@@ -200,7 +203,7 @@ class OpsAccessor:
             If there is no batch dim, or a named dim is not a dim of the array or is the batch dim.
         InvalidArgument
             If a block size or padding is not a valid integer, a padded size does not divide,
-            or both the mapping and the keyword form are given.
+            the dtype cannot hold ``pad_value``, or both the mapping and the keyword form are given.
 
         See Also
         --------
@@ -214,8 +217,10 @@ class OpsAccessor:
         {'time': 4, 'y': 2, 'x': 2}
         """
         blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd",
-                                                   self._obj.dims, ("block_shape", "paddings", "dims", "keep_attrs"))
-        return named_rearrange.checked_batch(self._obj, "space_to_batch_nd", blocks, paddings, dims, keep_attrs)
+                                                   self._obj.dims, ("block_shape", "paddings", "pad_value", "dims",
+                                                                    "keep_attrs"))
+        return named_rearrange.checked_batch(self._obj, "space_to_batch_nd", blocks, paddings, dims, keep_attrs,
+                                             pad_value)
 
     def batch_to_space_nd(self, block_shape=None, crops=None, *, dims=None, keep_attrs=None,
                           **block_shape_kwargs) -> xr.DataArray:
@@ -268,7 +273,8 @@ class OpsAccessor:
                                                    self._obj.dims, ("block_shape", "crops", "dims", "keep_attrs"))
         return named_rearrange.checked_batch(self._obj, "batch_to_space_nd", blocks, crops, dims, keep_attrs)
 
-    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None, keep_attrs=None) -> xr.DataArray:
+    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, pad_value=0, dims=None,
+                       keep_attrs=None) -> xr.DataArray:
         """SpaceToBatch (the seed's 4-D form): square blocks of the height and width dims.
 
         ``space_to_batch_nd`` with the same block size for height and width, found by name.
@@ -278,8 +284,10 @@ class OpsAccessor:
         block_size : int
             Block edge (>= 1) for both the height and the width dim.
         paddings : array_like of int, default ((0, 0), (0, 0))
-            Four numbers ``[[top, bottom], [left, right]]`` (or flat, or ``[1, 4]``): zeros
+            Four numbers ``[[top, bottom], [left, right]]`` (or flat, or ``[1, 4]``): cells
             added to the height and width dims.
+        pad_value : int, float or "NaN", default 0
+            The value of the added cells, as in ``space_to_batch_nd``.
         dims : dict of str to str, optional
             Roles to dim names (N, H, W) for names that are not recognised.
         keep_attrs : bool, optional
@@ -308,7 +316,7 @@ class OpsAccessor:
         >>> dict(x.ops.space_to_batch(2).sizes)
         {'n': 4, 'y': 2, 'x': 2, 'c': 3}
         """
-        return named_rearrange.square_space_to_batch(self._obj, block_size, paddings, dims, keep_attrs)
+        return named_rearrange.square_space_to_batch(self._obj, block_size, paddings, dims, keep_attrs, pad_value)
 
     def gather_nd(self, indices: xr.DataArray, *, batch_dims=0, negative_index_support=True, scratch=None,
                   keep_attrs=None) -> xr.DataArray:

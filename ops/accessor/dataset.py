@@ -102,7 +102,8 @@ class OpsDatasetAccessor:
         return self._apply("space_to_depth", block_size, mode=mode, dims=dims, keep_attrs=keep_attrs)
 
     @from_dataarray(OpsAccessor.space_to_batch, applies_to="has batch, height and width dims")
-    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, dims=None, keep_attrs=None) -> xr.Dataset:
+    def space_to_batch(self, block_size, paddings=((0, 0), (0, 0)), *, pad_value=0, dims=None,
+                       keep_attrs=None) -> xr.Dataset:
         """
         Examples
         --------
@@ -111,10 +112,11 @@ class OpsDatasetAccessor:
         >>> dict(ds.ops.space_to_batch(2)["t"].sizes)
         {'n': 4, 'y': 2, 'x': 2}
         """
-        return self._apply("space_to_batch", block_size, paddings, dims=dims, keep_attrs=keep_attrs)
+        return self._apply("space_to_batch", block_size, paddings, pad_value=pad_value, dims=dims,
+                           keep_attrs=keep_attrs)
 
     @from_dataarray(OpsAccessor.space_to_batch_nd, applies_to="has the batch dim and the named spatial dims")
-    def space_to_batch_nd(self, block_shape=None, paddings=None, *, dims=None, keep_attrs=None,
+    def space_to_batch_nd(self, block_shape=None, paddings=None, *, pad_value=0, dims=None, keep_attrs=None,
                           **block_shape_kwargs) -> xr.Dataset:
         """
         Examples
@@ -125,7 +127,8 @@ class OpsDatasetAccessor:
         {'time': 2, 'y': 2, 'x': 4}
         """
         blocks = conventions.either_dict_or_kwargs(block_shape, block_shape_kwargs, "block_shape", "space_to_batch_nd")
-        return self._apply("space_to_batch_nd", blocks, paddings, dims=dims, keep_attrs=keep_attrs)
+        return self._apply("space_to_batch_nd", blocks, paddings, pad_value=pad_value, dims=dims,
+                           keep_attrs=keep_attrs)
 
     @from_dataarray(OpsAccessor.batch_to_space_nd, applies_to="has the batch dim and the named spatial dims")
     def batch_to_space_nd(self, block_shape=None, crops=None, *, dims=None, keep_attrs=None,

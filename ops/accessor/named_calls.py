@@ -46,8 +46,9 @@ def _batch_nd_adapter(op: str, pairs_name: str):
         batch = (dims or {}).get("N", x.dims[0])
         spatial = [d for d in x.dims if d != batch]
         blocks, rows = kwargs.get("block_shape"), kwargs.get(pairs_name)
+        padding = {"pad_value": kwargs["pad_value"]} if "pad_value" in kwargs else {}
         if isinstance(blocks, Mapping):  # the accessor's own form, {"lat": 2, "lon": 2}: by name
-            return getattr(x.ops, op)(blocks, rows, dims=dims)
+            return getattr(x.ops, op)(blocks, rows, dims=dims, **padding)
         blocks = blocks.tolist() if isinstance(blocks, np.ndarray) else blocks
         rows = rows.tolist() if isinstance(rows, np.ndarray) else rows
         # Shapes the mapping form cannot express: the plain function names the broken rule.
@@ -56,7 +57,7 @@ def _batch_nd_adapter(op: str, pairs_name: str):
         if rows is not None and (not isinstance(rows, list) or len(rows) != len(blocks)):
             return None
         pairs = None if rows is None else dict(zip(spatial, rows))
-        return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, batch)
+        return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, batch, **padding)
 
     return call
 
@@ -66,7 +67,7 @@ def _space_to_batch_adapter(arrays, kwargs, dims):
     if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
         return None
     roles = x.ops._square_roles(dims)
-    return x.ops._space_to_batch(kwargs["block_size"], kwargs["paddings"], roles)
+    return x.ops._space_to_batch(kwargs["block_size"], kwargs["paddings"], roles, kwargs.get("pad_value", 0))
 
 
 def _gather_adapter(arrays, kwargs, dims):

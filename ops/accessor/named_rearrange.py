@@ -102,9 +102,11 @@ def checked_depth(arr: xr.DataArray, op: str, block_size, mode, dims, keep_attrs
 # SpaceToBatch(ND) / BatchToSpaceND
 
 
-def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | None, batch_dim: str) -> xr.DataArray:
+def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | None, batch_dim: str,
+          pad_value=0) -> xr.DataArray:
     """``op`` (space_to_batch_nd or batch_to_space_nd) with the spatial dims ``block_shape`` names
-    and the batch dim ``batch_dim``."""
+    and the batch dim ``batch_dim``; SpaceToBatchND pads with ``pad_value`` (``conventions.pad_value``:
+    NaN on packed integers is their fill value)."""
     if not isinstance(block_shape, Mapping):
         raise InvalidArgument(
             f"block_shape must map spatial dim names to block sizes, e.g. {{'y': 2, 'x': 2}}, "
@@ -124,25 +126,29 @@ def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | Non
     work = arr.transpose(roles["N"], *spatial, *rest)
     blocks = [block_shape[d] for d in spatial]
     rows = [pairs.get(d, (0, 0)) for d in spatial]  # ops checks their shape and values
-    data = registry.get(op).function(work.data, blocks, rows)
+    padding = {}
+    if op == "space_to_batch_nd":
+        padding = {"pad_value": conventions.pad_value(arr, pad_value)}
+    data = registry.get(op).function(work.data, blocks, rows, **padding)
     plan = coords.batch_plan(arr, roles["N"], spatial, blocks, rows, op)
     key = "paddings" if op == "space_to_batch_nd" else "crops"
+    shown = {"pad_value": conventions.json_number(pad_value)} if padding and padding["pad_value"] != 0 else {}
     attrs = with_step(arr, op, block_shape=plain_ints(block_shape), **{key: plain_ints(pairs)},
-                      dims={"N": roles["N"]})
+                      dims={"N": roles["N"]}, **shown)
     out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs))
     out.name = conventions.name_of(arr)  # not a Dask key, which xarray takes for a name
     out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
     return out.transpose(*arr.dims)
 
 
-def checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, dims, keep_attrs) -> xr.DataArray:
+def checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, dims, keep_attrs, pad_value=0) -> xr.DataArray:
     """``batch`` after checking block sizes, paddings/crops and divisibility in dim names."""
     batch_dim = find_dims(arr.dims, op, "N", "", dims)["N"]
-    return _checked_batch(arr, op, block_shape, pairs, batch_dim, keep_attrs, op)
+    return _checked_batch(arr, op, block_shape, pairs, batch_dim, keep_attrs, op, pad_value)
 
 
 def _checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, batch_dim: str, keep_attrs,
-                   method: str) -> xr.DataArray:
+                   method: str, pad_value=0) -> xr.DataArray:
     key = "paddings" if op == "space_to_batch_nd" else "crops"
     if not block_shape:
         raise InvalidArgument(
@@ -162,7 +168,7 @@ def _checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, batch_dim: st
     else:
         conventions.check_batch_to_space(arr, batch_dim, known, rows)
     try:
-        out = batch(arr, op, blocks, rows, batch_dim)
+        out = batch(arr, op, blocks, rows, batch_dim, pad_value)
     except (DimensionError, LimitExceeded):  # already in the caller's terms
         raise
     except InvalidArgument as error:  # a rule checked only below: say it in dim names too
@@ -170,10 +176,10 @@ def _checked_batch(arr: xr.DataArray, op: str, block_shape, pairs, batch_dim: st
     return conventions.apply_keep_attrs(out, keep_attrs)
 
 
-def square_space_to_batch(arr: xr.DataArray, block_size, paddings, dims, keep_attrs) -> xr.DataArray:
+def square_space_to_batch(arr: xr.DataArray, block_size, paddings, dims, keep_attrs, pad_value=0) -> xr.DataArray:
     """SpaceToBatch: ``checked_batch`` with one block size for the H and W dims, paddings as
     ``[[top, bottom], [left, right]]``."""
-    return square_space_to_batch_on(arr, block_size, paddings, square_roles(arr, dims), keep_attrs)
+    return square_space_to_batch_on(arr, block_size, paddings, square_roles(arr, dims), keep_attrs, pad_value)
 
 
 def square_roles(arr: xr.DataArray, dims) -> dict[str, str]:
@@ -182,7 +188,7 @@ def square_roles(arr: xr.DataArray, dims) -> dict[str, str]:
 
 
 def square_space_to_batch_on(arr: xr.DataArray, block_size, paddings, roles: Mapping[str, str],
-                             keep_attrs) -> xr.DataArray:
+                             keep_attrs, pad_value=0) -> xr.DataArray:
     """``square_space_to_batch`` on the N, H and W dims ``roles`` (``square_roles``) names."""
     flat = np.asarray(paddings, dtype=object).reshape(-1) if np.size(paddings) == 4 else None
     if flat is None:
@@ -198,4 +204,5 @@ def square_space_to_batch_on(arr: xr.DataArray, block_size, paddings, roles: Map
         roles["N"],
         keep_attrs,
         method="space_to_batch",
+        pad_value=pad_value,
     )

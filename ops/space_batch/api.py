@@ -18,6 +18,7 @@ from ops.errors import InvalidArgument
 from ops.space_batch.graph_batch_to_space import _build_batch_to_space_nd
 from ops.space_batch.graph_space_to_batch import _build_space_to_batch_nd
 from ops.space_batch.kernel import _batch_shape, _space_shape, batch_to_space_nd_kernel, space_to_batch_nd_kernel
+from ops.space_batch.padding import pad_fill, with_pad_value
 from schemas import BatchToSpaceNDParams, SpaceToBatchNDParams, SpaceToBatchParams
 
 # ---------------------------------------------------------------------------------------------
@@ -40,8 +41,9 @@ def _validate_block_and_pairs(x, block_shape, pairs, pairs_name: str, model):
     return x, p
 
 
-def _validate_space_to_batch_nd(x, block_shape, paddings):
+def _validate_space_to_batch_nd(x, block_shape, paddings, pad_value=0):
     x, p = _validate_block_and_pairs(x, block_shape, paddings, "paddings", SpaceToBatchNDParams)
+    fill = pad_fill(pad_value, x.dtype)
     for i, (b, (lo, hi)) in enumerate(zip(p.block_shape, p.paddings)):
         padded = x.shape[1 + i] + lo + hi
         if padded % b:
@@ -52,7 +54,7 @@ def _validate_space_to_batch_nd(x, block_shape, paddings):
             )
     _validate.output_shape(_batch_shape(x.shape, p.block_shape, p.paddings), x.dtype.itemsize,
                            "space_to_batch_nd")
-    return x, p
+    return x, p, fill
 
 
 def _validate_batch_to_space_nd(x, block_shape, crops):
@@ -78,15 +80,15 @@ def _validate_batch_to_space_nd(x, block_shape, crops):
 # Public functions
 
 
-def space_to_batch_nd(x, block_shape, paddings):
-    """Zero-pad the spatial dims and move each offset inside a block into the batch (SpaceToBatchND).
+def space_to_batch_nd(x, block_shape, paddings, pad_value=0):
+    """Pad the spatial dims and move each offset inside a block into the batch (SpaceToBatchND).
 
     TensorFlow's N-D form. ``x`` is ``[B, s_1, ..., s_M, rest...]``; each spatial dim is
     padded with ``paddings[i]`` zeros before and after and cut into blocks of
     ``block_shape[i]``; the in-block offsets ``j_0..j_{M-1}`` of batch entry ``b`` go to
     output batch index ``((j_0*b_1 + j_1)*b_2 + ... + j_{M-1})*B + b`` (the input batch
-    index varies fastest). Padding is the dtype's zero. The full reference is
-    docs/operators.md.
+    index varies fastest). Padding is ``pad_value``, by default the dtype's zero as in
+    TensorFlow. The full reference is docs/operators.md.
 
     Parameters
     ----------
@@ -95,21 +97,27 @@ def space_to_batch_nd(x, block_shape, paddings):
     block_shape : sequence of int or array of int
         ``M`` block sizes >= 1, ``1 <= M < x.ndim``.
     paddings : sequence of (int, int) or array of int
-        ``[M, 2]``: zeros ``[before, after]`` each spatial dim, >= 0, with
+        ``[M, 2]``: cells added ``[before, after]`` each spatial dim, >= 0, with
         ``(s_i + before_i + after_i) % block_shape[i] == 0``.
+    pad_value : int, float or "NaN", default 0
+        The value of the added cells, representable in ``x``'s dtype: an integer in range
+        for integer types, 0 or 1 for bool, any real number, NaN or an infinity for
+        floating types (rounded to the nearest of the type), a real number for complex types
+        (imaginary part 0). ``"NaN"`` is NaN, for JSON callers.
 
     Returns
     -------
     numpy.ndarray or dask.array.Array
         ``[B*prod(block_shape), (s_i + before_i + after_i) / block_shape[i]..., rest...]``,
-        same dtype. Dask in: lazy; the padding costs no input reads.
+        same dtype. Dask in: lazy; the padding costs no input reads (a ``pad_value`` other
+        than zero, one more pass over the output's blocks).
 
     Raises
     ------
     ops.InvalidArgument
         Block sizes < 1 or whose product overflows int64, ``paddings`` of the wrong shape or
         negative, a padded size not divisible by its block size, floats or booleans where
-        integers are required, an unsupported dtype.
+        integers are required, a ``pad_value`` the dtype cannot hold, an unsupported dtype.
 
     See Also
     --------
@@ -127,17 +135,19 @@ def space_to_batch_nd(x, block_shape, paddings):
            [1, 3],
            [4, 6]])
     """
-    x, p = _validate_space_to_batch_nd(x, block_shape, paddings)
+    x, p, fill = _validate_space_to_batch_nd(x, block_shape, paddings, pad_value)
     out_shape = _batch_shape(x.shape, p.block_shape, p.paddings)
     if 0 in out_shape:  # nothing to move, however many block offsets there are
         return _lazy.empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
     if isinstance(x, da.Array):
-        return _build_space_to_batch_nd(x, p.block_shape, p.paddings)
-    return space_to_batch_nd_kernel(x, p.block_shape, p.paddings)
+        y = _build_space_to_batch_nd(x, p.block_shape, p.paddings)
+    else:
+        y = space_to_batch_nd_kernel(x, p.block_shape, p.paddings)
+    return with_pad_value(y, fill, x.shape, p.block_shape, p.paddings)
 
 
-def space_to_batch(x, block_size, paddings):
-    """Zero-pad an NHWC image batch and move square spatial blocks into the batch (SpaceToBatch).
+def space_to_batch(x, block_size, paddings, pad_value=0):
+    """Pad an NHWC image batch and move square spatial blocks into the batch (SpaceToBatch).
 
     The 4-D operator: with ``Hp = H + pad_top + pad_bottom`` and
     ``Wp = W + pad_left + pad_right``, both divisible by ``bs = block_size``, the result is
@@ -145,9 +155,9 @@ def space_to_batch(x, block_size, paddings):
 
         n = n_out % N ; rem = n_out // N ; bh = rem // bs ; bw = rem % bs
         h_in = h_out*bs + bh - pad_top ; w_in = w_out*bs + bw - pad_left
-        y[n_out, h_out, w_out, c] = x[n, h_in, w_in, c]  (0 outside x)
+        y[n_out, h_out, w_out, c] = x[n, h_in, w_in, c]  (pad_value outside x)
 
-    It equals ``space_to_batch_nd(x, [bs, bs], np.reshape(paddings, (2, 2)))``. The full
+    It equals ``space_to_batch_nd(x, [bs, bs], np.reshape(paddings, (2, 2)), pad_value)``. The full
     reference is docs/operators.md.
 
     Parameters
@@ -159,6 +169,8 @@ def space_to_batch(x, block_size, paddings):
     paddings : array_like of int
         4 integers >= 0, ``[pad_top, pad_bottom, pad_left, pad_right]``, given as shape
         ``[2, 2]``, ``[4]`` or ``[1, 4]``.
+    pad_value : int, float or "NaN", default 0
+        The value of the added cells, as in :func:`space_to_batch_nd`.
 
     Returns
     -------
@@ -169,7 +181,8 @@ def space_to_batch(x, block_size, paddings):
     ------
     ops.InvalidArgument
         ``x`` not 4-D, ``block_size`` < 1 or not an integer, ``paddings`` not 4 integers >= 0,
-        ``Hp`` or ``Wp`` not divisible by ``block_size``, an unsupported dtype.
+        ``Hp`` or ``Wp`` not divisible by ``block_size``, a ``pad_value`` the dtype cannot
+        hold, an unsupported dtype.
 
     See Also
     --------
@@ -200,7 +213,7 @@ def space_to_batch(x, block_size, paddings):
     p = _validate.params(
         SpaceToBatchParams, block_size=_validate.integer("block_size", block_size), paddings=pairs
     )
-    return space_to_batch_nd(x, [p.block_size] * 2, [list(pair) for pair in p.paddings])
+    return space_to_batch_nd(x, [p.block_size] * 2, [list(pair) for pair in p.paddings], pad_value)
 
 
 def batch_to_space_nd(x, block_shape, crops):

@@ -51,7 +51,8 @@ def space_to_depth(x, bs, data_format="NHWC", mode="DCR"):
     return np.ascontiguousarray(_from_nhwc(xn[n, h * bs + i, w * bs + j, c], data_format))
 
 
-def space_to_batch_nd(x, block_shape, paddings):
+def space_to_batch_nd(x, block_shape, paddings, fill=None):
+    """``fill``: the padded cells' value, a 0-d array of x's dtype (default zeros)."""
     m = len(block_shape)
     batch = x.shape[0]
     spatial = [
@@ -59,6 +60,8 @@ def space_to_batch_nd(x, block_shape, paddings):
     ]
     out_shape = (batch * math.prod(block_shape), *spatial, *x.shape[1 + m :])
     y = np.zeros(out_shape, x.dtype)
+    if fill is not None:
+        y[...] = fill
     index = np.indices(out_shape)
     group, b = np.divmod(index[0], batch)
     offsets = np.unravel_index(group, block_shape) if block_shape else ()

@@ -32,6 +32,8 @@ BAD_CALLS = [
     ("space_to_batch", {"block_size": 2, "paddings": [[0, 0]]}, ""),
     ("batch_to_space_nd", {"block_shape": [3, 3], "crops": [[0, 0], [0, 0]]}, ""),
     ("gather_nd", {"batch_dims": 0}, " (--input indices=PATH)"),          # missing array input
+    ("space_to_batch_nd", {"block_shape": [2, 2], "paddings": [[0, 0], [0, 0]], "pad_value": "nan"}, ""),
+    ("space_to_batch", {"block_size": 2, "paddings": [[0, 0], [0, 0]], "pad_value": 1e39}, ""),  # not a float32
 ]
 
 
@@ -85,6 +87,8 @@ def test_a_refusal_reads_the_same_through_every_door(client, capsys, tmp_path, s
     ("space_to_batch_nd", {"block_shape": [2, 4], "paddings": [[0, 2], [4, 0]]}),
     ("space_to_batch", {"block_size": 2, "paddings": [[0, 0], [2, 2]]}),
     ("batch_to_space_nd", {"block_shape": [2, 1], "crops": [[1, 0], [0, 0]]}),
+    ("space_to_batch_nd", {"block_shape": [2, 4], "paddings": [[0, 2], [4, 0]], "pad_value": "NaN"}),
+    ("space_to_batch", {"block_size": 2, "paddings": [[0, 0], [2, 2]], "pad_value": -1.5}),
 ])
 def test_a_result_is_the_same_through_every_door(client, capsys, tmp_path, stored_image, op, kwargs):
     expected = getattr(ops, op)(IMAGE, **kwargs)
