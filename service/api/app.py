@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from ops import registry
 from service import errors
+from service.api import oas30
 from service.api.edge import (
     CORS_REQUEST_HEADERS,
     CORS_RESPONSE_HEADERS,
@@ -126,6 +127,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = False) -> 
     _api_description_routes(app)
     if not settings.token:
         _without_security(app)
+    _as_openapi_30(app)
     _guard_the_edge(app, settings)
     return app
 
@@ -167,6 +169,22 @@ def _without_security(app: FastAPI) -> None:
                 operation.pop("security", None)
         return document
 
+    app.openapi = openapi
+
+
+def _as_openapi_30(app: FastAPI) -> None:
+    """The document as OpenAPI 3.0.3, which its media type (``version=3.0``) and OGC API -
+    Processes 1.0 (``oas30``) promise: FastAPI writes 3.1, whose JSON Schema (null types,
+    tuples, ``const``) 3.0 tools refuse. Made once, on first request."""
+    generate = app.openapi
+    made: list[dict] = []
+
+    def openapi() -> dict:
+        if not made:
+            made.append(oas30.document(generate()))
+        return made[0]
+
+    app.openapi_version = oas30.VERSION
     app.openapi = openapi
 
 
