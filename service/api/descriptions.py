@@ -1,5 +1,6 @@
 """OGC process summaries and descriptions, generated from the registry and the ``schemas``
-models (so the JSON Schema of every parameter is the one ``ops`` validates with)."""
+models (so the schema of every parameter is the one ``ops`` validates with, as the OpenAPI 3.0
+Schema Object that OGC API - Processes 1.0 asks a description for)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import copy
 from ops import registry
 from ops.dims import ROLES
 from schemas.service import ARRAY_NAME_PATTERN, NPY_MEDIA_TYPE, OGC_REL
+from service.api import oas30
 
 JOB_CONTROL = ["sync-execute", "async-execute", "dismiss"]
 TRANSMISSION = ["value", "reference"]
@@ -24,29 +26,30 @@ _ARRAY_ROLES = {
 HREF_PATTERN = r"^((https?://[^/?#]+)?(/[^?#]*)?/)?arrays/" + ARRAY_NAME_PATTERN.removeprefix("^")
 BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
-# anyOf, not oneOf: an object with both href and value is taken as the link.
+# oneOf: exactly one form applies to any value. An object with both href and value is taken
+# as the link, so the inline form is an object with a value and no href.
 ARRAY_INPUT_SCHEMA = {
-    "anyOf": [
+    "oneOf": [
         {"type": "object", "required": ["href"],
          "properties": {"href": {"type": "string", "pattern": HREF_PATTERN,
                                  "description": "/arrays/NAME (or this service's absolute URL of it)"},
                         "type": {"description": "a media type hint, not used"}}},
-        {"type": "object", "required": ["value"],
+        {"type": "object", "required": ["value"], "not": {"required": ["href"]},
          "properties": {"value": {"type": "string", "contentEncoding": "base64", "contentMediaType": NPY_MEDIA_TYPE,
                                   "pattern": BASE64_PATTERN},
                         "encoding": {"type": "string", "enum": ["base64"]},
                         "mediaType": {"type": "string", "enum": [NPY_MEDIA_TYPE]},
-                        "dtype": {"anyOf": [{"type": "string", "enum": ["bfloat16", "complex32"]}, {"type": "null"}],
+                        "dtype": {"type": "string", "enum": ["bfloat16", "complex32", None], "nullable": True,
                                   "description": "bfloat16 / complex32 when value holds those types' raw bits"}}},
     ]
 }
 
+# The roles as properties, no others: OpenAPI 3.0 has no propertyNames.
 DIMS_SCHEMA = {
     "description": f"Roles ({', '.join(ROLES)}) mapped to dim names of the input, as the accessor's dims= "
                    "(null: not given)",
-    "anyOf": [{"type": "object", "propertyNames": {"enum": list(ROLES)},
-               "additionalProperties": {"type": "string"}},
-              {"type": "null"}],
+    "type": "object", "nullable": True,
+    "properties": {role: {"type": "string"} for role in ROLES}, "additionalProperties": False,
 }
 
 
@@ -89,11 +92,11 @@ def description(op: registry.Operator, base: str) -> dict:
     for name in op.array_inputs:
         schema = copy.deepcopy(ARRAY_INPUT_SCHEMA)
         if name in op.scalar_inputs:
-            schema["anyOf"].append({"type": "number"})
+            schema["oneOf"].append({"type": "number"})
         inputs[name] = {"title": name, "description": _ARRAY_ROLES.get(name, ""), "schema": schema,
                         "minOccurs": 1, "maxOccurs": 1}
     for name, prop in model_schema["properties"].items():
-        prop = inline_refs(prop, defs)
+        prop = oas30.schema(inline_refs(prop, defs), content=True)
         inputs[name] = {"title": prop.pop("title", name), "description": prop.get("description", ""),
                         "schema": prop, "minOccurs": 1 if name in required else 0, "maxOccurs": 1}
     if op.accepts_dims:

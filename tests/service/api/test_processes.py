@@ -83,7 +83,7 @@ def test_process_description(client, process):
     assert list(inputs)[:len(arrays)] == list(arrays)
     for name in arrays:
         schema = inputs[name]["schema"]
-        variants = schema["anyOf"]
+        variants = schema["oneOf"]  # the forms are mutually exclusive (input-mixed-type)
         assert any(v.get("required") == ["href"] for v in variants)
         assert any(v.get("required") == ["value"] for v in variants)
         assert ({"type": "number"} in variants) == (name == "deq_scale")
