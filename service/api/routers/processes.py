@@ -9,7 +9,7 @@ import math
 import uuid
 
 import numpy as np
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -40,16 +40,46 @@ def _operator(process_id: str) -> registry.Operator:
     return op
 
 
-@router.get("/processes", response_model=ProcessList, response_model_exclude_none=True, responses=problems(401))
-def list_processes(request: Request) -> dict:
-    """One summary per operator."""
+# /req/core/pl-limit-definition: the limit parameter as the standard words it (its default,
+# minimum and maximum are the requirement's own), and the offset that a next link sets.
+LIMIT_PARAMETER = {"name": "limit", "in": "query", "required": False, "style": "form", "explode": False,
+                   "description": "at most this many process summaries (a next link leads on)",
+                   "schema": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 10}}
+OFFSET_PARAMETER = {"name": "offset", "in": "query", "required": False, "style": "form", "explode": False,
+                    "description": "skip this many process summaries first (as a next link does)",
+                    "schema": {"type": "integer", "minimum": 0, "default": 0}}
+_LIMIT = LIMIT_PARAMETER["schema"]
+
+
+@router.get("/processes", operation_id="getProcesses", response_model=ProcessList,
+            response_model_exclude_none=True, responses=problems(400, 401),
+            openapi_extra={"parameters": [LIMIT_PARAMETER, OFFSET_PARAMETER]})
+def list_processes(request: Request,
+                   # validated here, documented above (FastAPI cannot say style and explode)
+                   limit: int = Query(_LIMIT["default"], ge=_LIMIT["minimum"], le=_LIMIT["maximum"],
+                                      include_in_schema=False),
+                   offset: int = Query(0, ge=0, include_in_schema=False)) -> dict:
+    """One summary per operator, ``limit`` of them from ``offset`` on, with a ``next`` link
+    while more remain (and ``prev`` after the first page)."""
     base = base_url(request)
-    return {"processes": [descriptions.summary(op, base) for op in registry.OPERATORS.values()],
-            "links": [{"href": f"{base}/processes", "rel": "self", "type": "application/json"}]}
+    operators = list(registry.OPERATORS.values())
+    page = operators[offset:offset + limit]
+    paged = "limit" in request.query_params or "offset" in request.query_params
+
+    def link(rel: str, start: int, title: str | None = None) -> dict:
+        href = f"{base}/processes?limit={limit}&offset={start}" if rel != "self" or paged else f"{base}/processes"
+        return {"href": href, "rel": rel, "type": "application/json", **({"title": title} if title else {})}
+
+    links = [link("self", offset)]
+    if offset + limit < len(operators):
+        links.append(link("next", offset + limit, "the next processes"))
+    if offset > 0:
+        links.append(link("prev", max(0, offset - limit), "the previous processes"))
+    return {"processes": [descriptions.summary(op, base) for op in page], "links": links}
 
 
-@router.get("/processes/{process_id}", response_model=ProcessDescription, response_model_by_alias=True,
-            response_model_exclude_none=True, responses=problems(401, 404))
+@router.get("/processes/{process_id}", operation_id="getProcessDescription", response_model=ProcessDescription,
+            response_model_by_alias=True, response_model_exclude_none=True, responses=problems(401, 404))
 def describe_process(process_id: ProcessID, request: Request) -> dict:
     """The operator's inputs (arrays, then keyword parameters with their JSON Schema) and output."""
     return descriptions.description(_operator(process_id), base_url(request))

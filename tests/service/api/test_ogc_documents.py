@@ -105,3 +105,33 @@ def test_the_process_list_landing_page_and_conformance_are_valid_against_the_sta
     assert ogc_errors(client.get("/").json(), "landingPage.yaml") == []
     assert ogc_errors(client.get("/conformance").json(), "confClasses.yaml") == []
     assert ogc_errors({"processes": [{"id": 1}]}, "processList.yaml")  # the check can fail
+
+
+def test_the_process_list_honours_limit_and_leads_on_with_next_links(client):
+    # /req/core/pl-limit-response (and /rec/core/next-1..3): no more than limit summaries, and a
+    # next link while more remain, whose pages together list every process once, in order
+    for limit in (1, 2, 3, len(registry.OPERATORS), 10000):
+        url, seen = f"/processes?limit={limit}", []
+        while url is not None:
+            page = client.get(url)
+            assert page.status_code == 200, page.text
+            body = page.json()
+            assert ogc_errors(body, "processList.yaml") == []
+            assert 1 <= len(body["processes"]) <= limit
+            seen += [summary["id"] for summary in body["processes"]]
+            nexts = [link["href"] for link in body["links"] if link["rel"] == "next"]
+            assert len(nexts) <= 1
+            url = nexts[0] if nexts else None
+        assert seen == list(registry.OPERATORS), limit
+    first = client.get("/processes?limit=1").json()
+    assert [s["id"] for s in first["processes"]] == ["depth_to_space"]
+    assert {link["rel"] for link in first["links"]} == {"self", "next"}
+    # without limit: the default (the requirement's 10), which holds every operator here
+    assert [s["id"] for s in client.get("/processes").json()["processes"]] == list(registry.OPERATORS)
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=10001", "limit=x", "limit=1.5", "offset=-1"])
+def test_a_limit_out_of_its_definition_is_a_400(client, query):
+    response = client.get(f"/processes?{query}")
+    assert response.status_code == 400, response.text
+    assert query.split("=")[0] in response.json()["detail"]

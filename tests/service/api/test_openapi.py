@@ -7,8 +7,10 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 from openapi_spec_validator.validation.validators import OpenAPIV30SpecValidator
 
 from ops import registry
@@ -16,6 +18,7 @@ from service.api import oas30
 from service.api.app import create_app
 
 OAS30_MEDIA_TYPE = "application/vnd.oai.openapi+json;version=3.0"
+OGC = Path(__file__).resolve().parents[2] / "ogc_schemas"
 
 
 def spec_errors(document: dict) -> list[str]:
@@ -101,3 +104,14 @@ def test_every_reference_resolves():
     refs = set(re.findall(r'"\$ref": "([^"]+)"', json.dumps(document)))
     known = {f"#/components/schemas/{name}" for name in document["components"]["schemas"]}
     assert refs <= known, refs - known
+
+
+def test_processes_declares_limit_as_the_standard_words_it():
+    # /req/core/pl-limit-definition: the OpenAPI 3.0 fragment of the requirement's own text
+    text = (OGC / "core/requirements/core/REQ_process-list-limit-def.adoc").read_text()
+    fragment = yaml.safe_load(re.search(r"\[source,yaml\]\n----\n(.*?)\n----", text, re.S).group(1))
+    assert fragment["name"] == "limit" and fragment["schema"]["maximum"] == 10000
+    operation = create_app().openapi()["paths"]["/processes"]["get"]
+    assert operation["operationId"] == "getProcesses"  # as OGC's test suite looks it up
+    (limit,) = [p for p in operation["parameters"] if p["name"] == "limit"]
+    assert {k: v for k, v in limit.items() if k != "description"} == fragment
