@@ -135,6 +135,8 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
         scope = {**request.scope, "method": method}
         if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
             allowed.append(method)
+    if "GET" in allowed and "HEAD" not in allowed:  # the edge answers HEAD wherever GET (HeadAsGet)
+        allowed.insert(allowed.index("GET") + 1, "HEAD")
     return allowed
 
 

@@ -24,6 +24,7 @@ from service.api.edge import (
     CORS_RESPONSE_HEADERS,
     BodyReadTimeout,
     ErrorBodyGuard,
+    HeadAsGet,
     HostGuard,
     allowed_hosts,
 )
@@ -141,9 +142,10 @@ def _server_paths(app: FastAPI, settings: Settings) -> list:
 
 def _guard_the_edge(app: FastAPI, settings: Settings) -> None:
     """The middleware every request passes first, outermost last: the Host check (before
-    anything else), CORS for the configured origins only, the body read timeout, and the
-    server's paths out of error bodies."""
+    anything else), CORS for the configured origins only, the body read timeout, HEAD as
+    GET without the content, and the server's paths out of error bodies."""
     app.add_middleware(ErrorBodyGuard, paths=lambda: _server_paths(app, settings))
+    app.add_middleware(HeadAsGet, routes=lambda: app.router.routes)
     app.add_middleware(BodyReadTimeout, seconds=settings.read_timeout)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Iterable
 
 from starlette.datastructures import MutableHeaders
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import HOST_NOT_ALLOWED, REQUEST_TIMEOUT, ServiceError, exception_response, redact
@@ -89,6 +90,56 @@ class HostGuard:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class _Answered(Exception):
+    """Raised into the app once a HEAD answer has its headers: the rest is nobody's."""
+
+
+class HeadAsGet(_HttpOnly):
+    """HEAD on a resource that answers GET (RFC 9110: every such resource answers HEAD): the
+    request goes to the GET route, past the same token check, and its status and headers
+    leave without the content. A route with a HEAD of its own (the Zarr keys) answers it
+    itself. Every answer to a HEAD ends at its headers: a streamed body (an array's NPY) is
+    not read on for nobody. ``routes`` is asked per request: routes are added after the app
+    is made."""
+
+    def __init__(self, app: ASGIApp, routes: Callable[[], Iterable]):
+        super().__init__(app)
+        self.routes = routes
+
+    def _answers(self, scope: Scope, method: str) -> bool:
+        scope = {**scope, "method": method}
+        return any(route.matches(scope)[0] == Match.FULL for route in self.routes())
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        if not self._answers(scope, "HEAD") and self._answers(scope, "GET"):
+            scope = {**scope, "method": "GET"}
+        answered = False
+
+        async def headers_only(message: Message) -> None:
+            nonlocal answered
+            if answered:
+                raise _Answered
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            answered = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if message.get("more_body", False):
+                raise _Answered
+
+        try:
+            await self.app(scope, receive, headers_only)
+        except _Answered:
+            pass
+        except BaseExceptionGroup as group:  # raised inside a task group (a streamed body)
+            _, rest = group.split(_Answered)
+            if rest is not None:
+                raise rest from None
 
 
 class BodyReadTimeout(_HttpOnly):

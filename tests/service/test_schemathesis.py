@@ -136,11 +136,11 @@ def _problem(response, status: int) -> dict:
 
 
 @pytest.mark.parametrize(("method", "path", "allowed"), [
-    ("OPTIONS", "/jobs/0123", "GET, DELETE"),
-    ("POST", "/arrays/x", "GET, PUT, DELETE"),
+    ("OPTIONS", "/jobs/0123", "GET, HEAD, DELETE"),
+    ("POST", "/arrays/x", "GET, HEAD, PUT, DELETE"),
     ("PATCH", "/arrays/x/zarr/zarr.json", "GET, HEAD"),
     ("GET", "/processes/depth_to_space/execution", "POST"),
-    ("DELETE", "/", "GET"),
+    ("DELETE", "/", "GET, HEAD"),
 ])
 def test_405_allows_every_method_of_the_resource(client, method, path, allowed):
     # Starlette's own 405 named only the methods of the first route matching the path
