@@ -4,6 +4,7 @@ job records and Dask cluster are opened in the app's lifespan."""
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import logging
 import os
 import threading
@@ -13,7 +14,7 @@ import dask
 from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 from starlette.middleware.cors import CORSMiddleware
 
 from ops import registry
@@ -190,8 +191,19 @@ def _as_openapi_30(app: FastAPI) -> None:
     app.openapi = openapi
 
 
+# Swagger UI's script, style and icon, as the service serves them under /docs/: from the
+# fastapi-offline package's copy, so that /docs works on a machine without internet.
+SWAGGER_UI_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+                    "favicon.png": "image/png"}
+
+
+def _swagger_ui_file(name: str) -> Path:
+    return Path(str(importlib.resources.files("fastapi_offline") / "static" / name))
+
+
 def _api_description_routes(app: FastAPI) -> None:
-    """``/openapi.json`` and ``/docs`` (Swagger UI), protected by the token when one is set."""
+    """``/openapi.json`` and ``/docs`` (Swagger UI, every file of it from this service),
+    protected by the token when one is set."""
     guarded = [Depends(require_token)]
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=guarded)
@@ -200,4 +212,17 @@ def _api_description_routes(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False, dependencies=guarded)
     def swagger_ui():
-        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API")
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API",
+                                   swagger_js_url="/docs/swagger-ui-bundle.js", swagger_css_url="/docs/swagger-ui.css",
+                                   swagger_favicon_url="/docs/favicon.png",
+                                   # no validator badge: it would ask a server on the internet
+                                   swagger_ui_parameters={"validatorUrl": None})
+
+    def serve(name: str, media_type: str) -> None:
+        @app.get(f"/docs/{name}", include_in_schema=False, dependencies=guarded, name=f"swagger_ui_{name}")
+        def swagger_ui_file():
+            return FileResponse(_swagger_ui_file(name), media_type=media_type,
+                                headers={"Cache-Control": "public, max-age=86400"})
+
+    for name, media_type in SWAGGER_UI_FILES.items():
+        serve(name, media_type)
