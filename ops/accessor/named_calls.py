@@ -56,7 +56,8 @@ def _batch_nd_adapter(op: str, pairs_name: str):
             return None
         if rows is not None and (not isinstance(rows, list) or len(rows) != len(blocks)):
             return None
-        pairs = None if rows is None else dict(zip(spatial, rows))
+        # the accessor's form: only the dims that have padding or crops (none: not listed)
+        pairs = None if rows is None else {d: r for d, r in zip(spatial, rows) if r not in ([0, 0], (0, 0))}
         return x.ops._batch(op, dict(zip(spatial, blocks)), pairs, batch, **padding)
 
     return call
@@ -72,8 +73,17 @@ def _space_to_batch_adapter(arrays, kwargs, dims):
 
 def _gather_adapter(arrays, kwargs, dims):
     params, indices = arrays["params"], arrays["indices"]
-    if not (is_named(params) and isinstance(indices, xr.DataArray)):
+    if not is_named(params):
         return None
+    if not isinstance(indices, xr.DataArray):
+        # Plain index tuples (a JSON list, an NPY payload): the points along "point", their
+        # components along "index", as the accessor reads an unlabelled index dim: the params
+        # dims in order (after the batch dims), so the points' labels come along as coordinates.
+        leading = np.ndim(indices) - 1
+        if leading < 0:
+            return None  # a scalar: the plain function says what it needs
+        names = ("point",) if leading == 1 else tuple(f"point_{k}" for k in range(leading))
+        indices = xr.DataArray(indices, dims=(*names, "index"))
     return params.ops.gather_nd(indices, **kwargs)
 
 

@@ -5,7 +5,6 @@ unreadable).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import xarray as xr
 from ops.accessor.conventions import cf_encoding
 from service.cli.flags import parse_chunks
 from service.cli.run_errors import INPUT, RunError, usage
-from service.storage import run_storage
+from service.storage import run_storage, variables
 
 @dataclass
 class Input:
@@ -68,21 +67,12 @@ def _bare_array(node, chunks_text: str | None) -> xr.DataArray:
     return xr.DataArray(lazy, dims=dims, attrs=attrs)
 
 
-def _open_dataset(path, chunks) -> xr.Dataset:
-    """The group as xarray reads it: CF-decoded as the accessor's users open it (missing values
-    as NaN, packed values unpacked, times as dates), so that the operator computes on the
-    same values through every door; the packing stays in each variable's encoding and is
-    applied again when the result is written."""
-    with warnings.catch_warnings():  # a group without consolidated metadata is read all the same
-        warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated metadata")
-        return xr.open_zarr(path, chunks=chunks)
-
-
 def _group_variable(path: str, source, node, variable: str | None,
                     chunks_text: str | None) -> tuple[str, xr.DataArray, dict, dict]:
-    """A variable of a group, opened with xarray (coordinates kept) when xarray can read it."""
+    """A variable of a group, opened with xarray (coordinates kept, CF-decoded as the accessor's
+    users open it: ``service.storage.variables``) when xarray can read it."""
     try:
-        ds = _open_dataset(source, chunks={})
+        ds = variables.open_group(source)
     except Exception:  # e.g. Zarr v2 arrays without _ARRAY_DIMENSIONS: read them as bare arrays
         ds = None
     candidates = list(ds.data_vars) if ds is not None else [k for k, _ in node.arrays()]
@@ -96,13 +86,11 @@ def _group_variable(path: str, source, node, variable: str | None,
                               f"{', '.join(map(str, candidates)) or 'none'}")
     if ds is None:
         return variable, _bare_array(node[variable], chunks_text), {}, {}
-    arr = ds[variable]
-    chunks = parse_chunks(chunks_text, tuple(map(str, arr.dims)))
+    chunks = parse_chunks(chunks_text, tuple(map(str, ds[variable].dims)))
     if chunks:
-        arr = _open_dataset(source, chunks=chunks)[variable]
-    mapping = arr.encoding.get("grid_mapping", arr.attrs.get("grid_mapping"))
-    companions = {mapping: ds[mapping].variable} if mapping in ds.variables else {}
-    return variable, arr, dict(ds.attrs), companions
+        ds = variables.open_group(source, chunks=chunks)
+    found = variables.variable_of(ds, variable)
+    return variable, found.array, found.global_attrs, found.companions
 
 
 def open_input(role: str, path: str, variable: str | None, chunks_text: str | None, settings) -> Input:
@@ -119,9 +107,10 @@ def open_input(role: str, path: str, variable: str | None, chunks_text: str | No
         if variable is not None:
             raise usage(f"--variable {variable}: input {path} is a bare Zarr array, not a group")
         arr = _bare_array(node, chunks_text)
+        arr.encoding = cf_encoding(arr)  # how it is packed on disk; its chunks and codecs are the input's
+        arr = from_stored(arr)
     else:
         variable, arr, global_attrs, companions = _group_variable(path, source, node, variable, chunks_text)
-    arr.encoding = cf_encoding(arr)  # how it is packed on disk; its chunks and codecs are the input's
-    return Input(role, path, variable, from_stored(arr), global_attrs, companions)
+    return Input(role, path, variable, arr, global_attrs, companions)
 
 

@@ -40,7 +40,7 @@ from service.cli.run_errors import CLUSTER, FAILED, INPUT, OK, USAGE, RunError, 
 from ops.accessor.conventions import cf_encoding
 from service.cli.flags import check_arguments
 from service.cli.inputs import Input, open_input
-from service.storage import run_storage
+from service.storage import run_storage, variables
 from service.storage.run_storage import RunOutput
 from service.storage.scratch import configured_scratch, scratch_root
 
@@ -69,19 +69,10 @@ class RunPlan:
 
     def store_graph(self, target):
         """The Dask graph (a Delayed) that writes the data to ``target``; metadata written now."""
-        from service.storage.raw_dtypes import to_stored
-
-        ds = to_stored(self.result).to_dataset(name=self.variable)
         first = next((i for i in self.inputs if i.role == self.op.array_inputs[0]), None)
-        if first is not None:
-            ds.attrs = dict(first.global_attrs)  # the group's attrs stay the group's
-            carried = {k: v for k, v in first.companions.items() if k not in ds.variables}
-            ds = ds.assign_coords(carried)  # the grid mapping the variable names, with it
-        for name in ds.variables:  # the inputs' chunks and codecs are not the output's; packing is
-            ds[name].encoding = cf_encoding(ds[name])
-        # to_zarr's encoding replaces a variable's own: the packing goes with the chunks
-        encoding = {self.variable: {**ds[self.variable].encoding, "chunks": self.output_chunks}} \
-            if self.result.ndim else {}
+        ds, encoding = variables.output_dataset(self.result, self.variable, self.output_chunks,
+                                                first.global_attrs if first else None,
+                                                first.companions if first else None)
         with ops.fusing_stores(), warnings.catch_warnings():  # to_zarr optimizes the graph as it builds it
             # Consolidated metadata is what xarray opens fastest; zarr's note that v3 has no such
             # thing yet is not the user's business.

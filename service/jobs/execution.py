@@ -37,6 +37,7 @@ from service.jobs.plan import JobPlan, plan_request
 from service.jobs.records import INTERRUPTED, JobRecords, now
 from service.storage.chunk_order import stream_chunks
 from service.storage.protocol import ArrayStorage
+from service.storage.variables import StoredVariable
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,13 @@ class Executor:
         return plan_request(process_id, request, job_id, base_url, store=self.store,
                             max_inline_bytes=self.max_inline_bytes)
 
-    def build(self, plan: JobPlan, scratch: dict | None = None) -> xr.DataArray:
-        """The operator's lazy result. Inline inputs become one-block Dask arrays, so nothing
-        is computed (or allocated) before the result's size has been checked. ``scratch``
+    def build(self, plan: JobPlan, scratch: dict | None = None) -> StoredVariable:
+        """The operator's lazy result, with the group attrs and companion variables of its first
+        input (which its output group keeps). Stored inputs are opened CF-decoded
+        (``service.storage.variables``), as ``chunked-tensor-ops run`` and the accessor's users
+        read them, so every door computes on the same values; the result keeps the input's
+        packing in its ``encoding``. Nothing is computed (or allocated) before the result's size
+        has been checked (the first inline input becomes a one-block Dask array). ``scratch``
         (``{"url", "storage_options"}``) is where GatherNd writes its intermediate files.
         Raises InvalidArgument / IndexError (bad parameters) before anything runs.
 
@@ -96,11 +101,19 @@ class Executor:
         output's shape before it builds, its bytes) against this service's limits before it
         builds anything, and the whole graph's tasks are counted once it is built: past a
         limit, a 400 (413 for bytes) naming the setting that sets it."""
-        arrays = {}
+        arrays, first = {}, StoredVariable(None)
         for name, value in plan.call.arrays.items():
             if isinstance(value, str):
-                arrays[name] = self.store.open(value)
-            elif isinstance(value, np.ndarray):
+                opened = self.store.open(value, decoded=True)
+                arrays[name] = opened.array
+                if name == plan.call.op.array_inputs[0]:
+                    # A dataset's variable keeps its name (t2m); an array uploaded as NPY is
+                    # named after its upload, and its result after the result.
+                    first = opened if opened.array.name != value else StoredVariable(
+                        None, opened.global_attrs, opened.companions)
+            elif isinstance(value, np.ndarray) and name == plan.call.op.array_inputs[0]:
+                # the first input lazy makes the result lazy; the others stay concrete, as the
+                # other doors pass small ones (GatherNd then knows which labels its points pick)
                 arrays[name] = da.from_array(value, chunks=-1 if value.ndim else ())
         inline = plan.transmission == "value" or plan.inline_only  # as _check_size decides
         settings = {"max_blocks": "max_graph_blocks", "max_tasks": "max_graph_tasks",
@@ -121,7 +134,8 @@ class Executor:
                 raise too_large(detail) from None
             raise ServiceError(400, INVALID_PARAMETER, detail) from None
         self._check_size(plan, result)
-        return result
+        return StoredVariable(result, first.global_attrs, first.companions,
+                              None if first.array is None else str(first.array.name))
 
     @contextlib.contextmanager
     def _job_scratch(self, plan: JobPlan):
@@ -132,7 +146,7 @@ class Executor:
         finally:
             remove()
 
-    def _build_with_scratch(self, plan: JobPlan, scratch: dict) -> xr.DataArray:
+    def _build_with_scratch(self, plan: JobPlan, scratch: dict) -> StoredVariable:
         """``build`` with the job's own scratch location, passed to the operator (builds of
         concurrent jobs share nothing)."""
         return self.build(plan, scratch)
@@ -364,13 +378,18 @@ class Executor:
                 raise insufficient_storage(error) from None
             raise
 
-    def _compute_value(self, plan: JobPlan, result: xr.DataArray) -> np.ndarray:
+    def _compute_value(self, plan: JobPlan, built: StoredVariable) -> np.ndarray:
+        """The result's values as a stored result of it would download: packed as its input was
+        (a packed input's missing values as its fill value)."""
+        result = built.array
+        data = xr.conventions.encode_cf_variable(result.variable).data if result.encoding else result.data
         if plan.inline_only:  # small and already here: compute in this thread
-            return np.asarray(result.data.compute(scheduler="sync"))
+            return np.asarray(dask.compute(data, scheduler="sync")[0])
         client = self.cluster.live_client()
-        return self._wait(plan.job_id, client, client.compute(result.data))
+        return self._wait(plan.job_id, client, client.compute(data))
 
-    def _store_result(self, plan: JobPlan, result: xr.DataArray) -> None:
+    def _store_result(self, plan: JobPlan, outcome: StoredVariable) -> None:
+        result = outcome.array
         built = self.store.new_version(f"job-{plan.job_id}-")  # the workers write here directly
         try:
             if plan.inline_only:  # one small block, computed here and stored in chunks
@@ -380,7 +399,8 @@ class Executor:
             else:
                 arr = result.chunk(dict(zip(result.dims, zarr_chunks(result.data.chunks)))) if result.ndim else result
             fill = self.store.write_skeleton(built, arr, tuple(c[0] for c in arr.chunks) if arr.ndim else (),
-                                             plan.result_name)
+                                             outcome.variable or plan.result_name, outcome.global_attrs,
+                                             outcome.companions)
             if plan.inline_only:
                 dask.compute(fill, scheduler="threads")
             else:

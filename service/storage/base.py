@@ -31,7 +31,9 @@ from service.storage.blocks import DecodedBlocks
 from service.storage.budgets import Budgets
 from service.storage.chunk_order import c_order_regions
 from service.storage.names import KEY_PART, check_name
-from service.storage.raw_dtypes import DTYPE_ATTR, from_stored, to_stored
+from service.storage import variables
+from service.storage.raw_dtypes import DTYPE_ATTR, to_stored
+from service.storage.variables import StoredVariable
 from service.storage.scratch import configured_scratch
 from service.storage.upload import NpyUpload, import_zip
 
@@ -40,18 +42,14 @@ from service.storage.upload import NpyUpload, import_zip
 KEY_PIECE_BYTES = 8 * 2**20
 
 
-def open_variable(source, variable: str, chunks=None) -> xr.DataArray:
-    """The stored ``variable`` of the group in Zarr store ``source``, lazily, as the operators
-    take it: raw values (no mask or scale), the group's attrs under the variable's own, no
-    encoding, raw-bit dtypes back to theirs. Every data root opens its arrays through this."""
-    ds = xr.open_zarr(source, zarr_format=3, consolidated=True, mask_and_scale=False,
-                      chunks={} if chunks is None else chunks)
-    arr = ds[variable]
-    arr.attrs.pop("_FillValue", None)
-    # The group's attrs (a Dataset's title, history, ...) under the variable's own.
-    arr.attrs = {**ds.attrs, **arr.attrs}
-    arr.encoding = {}
-    return from_stored(arr)
+def open_variable(source, variable: str, chunks=None, *, decoded: bool = False) -> StoredVariable:
+    """The stored ``variable`` of the group in Zarr store ``source``, lazily, with its group's
+    attrs and companions (``service.storage.variables``): ``decoded`` as jobs compute on it
+    (as the accessor's users and ``chunked-tensor-ops run`` read it), else the stored values as
+    downloads give them. Raw-bit dtypes come back as theirs. Every data root opens its arrays
+    through this."""
+    ds = variables.open_group(source, chunks, decoded=decoded, consolidated=True, zarr_format=3)
+    return variables.variable_of(ds, variable, decoded=decoded)
 
 
 def key_parts(key: str) -> list[str] | None:
@@ -164,7 +162,7 @@ class StoreBase:
 
     def read_small(self, name: str, limit: int) -> np.ndarray:
         """The whole array in memory, if it is at most ``limit`` bytes (413 otherwise)."""
-        arr = self.open(name, pinned=True)
+        arr = self.open(name, pinned=True).array
         nbytes = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize
         if nbytes > limit:
             raise too_large(f"the result is {nbytes} bytes, over the {limit}-byte inline limit; "
@@ -175,7 +173,7 @@ class StoreBase:
         """(dtype, byte length, the NPY bytes in pieces): C order, produced slab by slab, never
         whole in memory; each stored chunk is decoded once while it fits beside the others
         still needed (four pieces' worth, or one chunk of up to ``max_chunk_bytes``)."""
-        arr = self.open(name, pinned=True)
+        arr = self.open(name, pinned=True).array
         dtype = np.dtype(arr.dtype)
         wire, _ = npy.wire_dtype(dtype)
         data = da.asarray(arr.data)  # a 0-d variable opens as NumPy
@@ -194,21 +192,21 @@ class StoreBase:
     # --- writing --------------------------------------------------------------------------
 
     def write_skeleton(self, path, arr: xr.DataArray, chunks: tuple[int, ...], variable: str,
-                       group_attrs: dict | None = None):
+                       group_attrs: dict | None = None, companions: dict | None = None):
         """Write the group's metadata (and coordinates) for ``arr`` at location ``path`` (from
-        ``new_version``); data chunks come later.
+        ``new_version``); data chunks come later. ``arr`` is packed as its ``encoding`` says
+        (``service.storage.variables.output_dataset``), under ``group_attrs``, with the
+        ``companions`` variables it names.
 
         Returns the Dask store graph (a Delayed) that fills the data variable from ``arr``.
         """
         stored = to_stored(arr)
-        ds = stored.to_dataset(name=variable)
-        ds.attrs = dict(group_attrs or {})
         # A zero-length axis has Dask blocks of length 0, and a Zarr chunk is at least 1 long
         # (zarr 3.2 and newer refuse 0).
         chunks = tuple(max(1, c) for c in chunks)
         self.budgets.check_grid(f"array {variable!r}", stored.shape, chunks, np.dtype(stored.dtype).itemsize,
                                 too_large)
-        encoding = {variable: {"chunks": chunks}} if stored.ndim else {}
+        ds, encoding = variables.output_dataset(arr, variable, chunks, group_attrs, companions)
         with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
             return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
                               encoding=encoding)

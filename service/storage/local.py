@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import xarray as xr
 import zarr
 
 from service.errors import bad_request, no_such_array
@@ -42,6 +41,7 @@ from service.storage.metadata import Located, located
 from service.storage.names import NAME, check_name
 from service.storage.pins import PinnedStore, Pins
 from service.storage.publish import publish_group
+from service.storage.variables import StoredVariable
 
 
 def _entries(folder: Path) -> Iterator[os.DirEntry]:
@@ -157,9 +157,11 @@ class ArrayStore(StoreBase):
 
     # --- reading --------------------------------------------------------------------------
 
-    def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:
+    def open(self, name: str, chunks=None, *, pinned: bool = False, decoded: bool = False) -> StoredVariable:
         """The stored array as a lazy (Dask-backed) DataArray with its real dtype, opened
-        read-only (a read-only Zarr store: nothing computed from it can write the input).
+        read-only (a read-only Zarr store: nothing computed from it can write the input), with
+        its group's attrs and companions (``StoredVariable``). ``decoded``: CF-decoded, as a
+        job computes on it (``service.storage.variables``); else the stored values.
 
         ``pinned=False`` (graphs that the cluster's workers run, in other processes): the graph
         reads the group by its path. Replacing or deleting an array that a running job reads is
@@ -186,7 +188,7 @@ class ArrayStore(StoreBase):
             found = self.locate(name)
             source = zarr.storage.LocalStore(found.path, read_only=True)
         self._refuse_links(name, found.path)
-        return open_variable(source, found.variable, chunks)
+        return open_variable(source, found.variable, chunks, decoded=decoded)
 
     def names(self) -> list[str]:
         return sorted(p.name for p in self.arrays.iterdir()

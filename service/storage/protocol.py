@@ -18,6 +18,7 @@ import xarray as xr
 
 from service.errors import ServiceError
 from service.storage.upload import NpyUpload
+from service.storage.variables import StoredVariable
 
 #: Where a store builds one array before ``publish`` (a directory under ``tmp/``, or an
 #: object store version): opaque to callers, who only hand it back to the same store.
@@ -95,9 +96,11 @@ class ArrayStorage(Protocol):
         """Shape, dtype, chunks, dims and attrs of array ``name`` (404 if there is none)."""
         ...
 
-    def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:
-        """Array ``name`` as a lazy DataArray; ``pinned``: its current version held for this
-        process's readers until the DataArray and its graph are gone."""
+    def open(self, name: str, chunks=None, *, pinned: bool = False, decoded: bool = False) -> StoredVariable:
+        """Array ``name`` as a lazy DataArray with its group's attrs and companions;
+        ``decoded``: CF-decoded, as jobs compute on it, else the stored values; ``pinned``: its
+        current version held for this process's readers until the DataArray and its graph are
+        gone."""
         ...
 
     def read_small(self, name: str, limit: int) -> np.ndarray:
@@ -138,8 +141,9 @@ class ArrayStorage(Protocol):
         ...
 
     def write_skeleton(self, path: Location, arr: xr.DataArray, chunks: tuple[int, ...], variable: str,
-                       group_attrs: dict | None = None) -> Any:
-        """Write the group's metadata for ``arr`` at ``path``; the Dask graph filling its data."""
+                       group_attrs: dict | None = None, companions: dict | None = None) -> Any:
+        """Write the group's metadata for ``arr`` at ``path`` (packed as its ``encoding`` says,
+        under ``group_attrs``, with its ``companions``); the Dask graph filling its data."""
         ...
 
     def publish(self, built: Location, name: str, overwrite: bool) -> None:

@@ -33,7 +33,6 @@ from datetime import datetime, timezone
 from functools import wraps
 from pathlib import Path
 
-import xarray as xr
 from zarr.storage import FsspecStore
 
 from service.errors import PROJECT, ServiceError, conflict, no_such_array
@@ -49,6 +48,7 @@ from service.storage.s3_config import storage_options
 from service.storage.s3_pins import PinnedFsspecStore, Version, VersionPin, VersionPins
 from service.storage.scratch import configured_scratch, scratch_root
 from service.storage.upload import NpyUpload
+from service.storage.variables import StoredVariable
 
 log = logging.getLogger(__name__)
 
@@ -339,7 +339,7 @@ class ObjectArrayStore(StoreBase):
         return ObjectStore.from_url(url, storage_options=self.options, read_only=read_only)
 
     @_storage_failures_as_503
-    def open(self, name: str, chunks=None, *, pinned: bool = False) -> xr.DataArray:
+    def open(self, name: str, chunks=None, *, pinned: bool = False, decoded: bool = False) -> StoredVariable:
         """The stored array, lazily (see ``service.storage.local.ArrayStore.open``). The graph
         reads the version current at this call straight from the object store; workers open it
         with the storage options the graph carries. ``pinned=True`` also keeps that version from
@@ -352,7 +352,7 @@ class ObjectArrayStore(StoreBase):
         else:
             found = self.locate(name)
             source = self._zarr_store(found.path, read_only=True)
-        return open_variable(source, found.variable, chunks)
+        return open_variable(source, found.variable, chunks, decoded=decoded)
 
     info = _storage_failures_as_503(StoreBase.info)
     read_small = _storage_failures_as_503(StoreBase.read_small)

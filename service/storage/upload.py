@@ -21,11 +21,11 @@ import zarr
 
 from ops import dtypes
 from service.errors import bad_request, conflict, too_large
-from service.storage import npy
+from service.storage import npy, variables
 from service.storage.chunk_check import Refused, check_chunks
 from service.storage.chunk_order import stream_chunks
 from service.storage.names import check_name, parse_chunks, parse_dims
-from service.storage.raw_dtypes import from_stored, stored_block, stored_dtype
+from service.storage.raw_dtypes import stored_block, stored_dtype
 from service.storage.zip_checks import ZipStoreError, ZipTooLarge
 from service.storage.zip_extract import extract_zarr_zip
 
@@ -188,7 +188,7 @@ def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: s
         try:
             # Each array's own zarr.json, which the checks above have read (consolidated
             # metadata, which Zarr would otherwise trust, may say something else).
-            ds = xr.open_zarr(root, zarr_format=3, mask_and_scale=False, chunks={}, consolidated=False)
+            ds = variables.open_group(root, decoded=False, consolidated=False, zarr_format=3)
         except Exception as error:  # whatever zarr/xarray refuse in a client's store
             raise bad_request(f"the zip does not hold a readable Zarr v3 store: {error}") from None
         names = [str(v) for v in ds.data_vars]
@@ -198,8 +198,10 @@ def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: s
             variable = names[0]
         elif variable not in names:
             raise bad_request(f"variable must be one of the store's data variables {names}, got {variable!r}")
-        arr = from_stored(ds[variable])
-        arr.attrs.pop("_FillValue", None)
+        # The stored values as they are, their fill value (the missing values of packed data)
+        # in the encoding, so that it is written again; the grid mapping comes along.
+        found = variables.variable_of(ds, variable, decoded=False)
+        arr = found.array
         try:
             dtypes.check_supported(f"variable {variable!r}", arr.dtype)
         except ValueError as error:
@@ -213,9 +215,10 @@ def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: s
         arr = arr.chunk(dict(zip(arr.dims, wanted)))
         for coord in arr.coords.values():
             coord.encoding = {}
-        arr.encoding = {}
+        arr.encoding = {k: v for k, v in found.array.encoding.items() if k in variables.FILL_ATTRS}
         release = store.hold_quota(name, arr.nbytes + sum(c.nbytes for c in arr.coords.values()), overwrite)
-        fill = store.write_skeleton(built, arr, wanted, variable, group_attrs=ds.attrs)
+        fill = store.write_skeleton(built, arr, wanted, variable, group_attrs=found.global_attrs,
+                                    companions=found.companions)
         try:
             dask.compute(fill, scheduler="threads")
         except (ValueError, RuntimeError) as error:  # a chunk Zarr refuses that the checker let through
