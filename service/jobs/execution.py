@@ -36,6 +36,7 @@ from service.jobs.cluster import Cluster, ClusterUnavailable
 from service.jobs.plan import JobPlan, plan_request
 from service.jobs.records import INTERRUPTED, JobRecords, now
 from service.storage.chunk_order import stream_chunks
+from service.storage.names import check_variable_dims
 from service.storage.protocol import ArrayStorage
 from service.storage.variables import StoredVariable
 
@@ -390,6 +391,9 @@ class Executor:
 
     def _store_result(self, plan: JobPlan, outcome: StoredVariable) -> None:
         result = outcome.array
+        variable = outcome.variable or plan.result_name
+        check_variable_dims(variable, result.dims, "the result's variable" if outcome.variable
+                            else "outputs.result.name")  # before anything is computed
         built = self.store.new_version(f"job-{plan.job_id}-")  # the workers write here directly
         try:
             if plan.inline_only:  # one small block, computed here and stored in chunks
@@ -399,8 +403,7 @@ class Executor:
             else:
                 arr = result.chunk(dict(zip(result.dims, zarr_chunks(result.data.chunks)))) if result.ndim else result
             fill = self.store.write_skeleton(built, arr, tuple(c[0] for c in arr.chunks) if arr.ndim else (),
-                                             outcome.variable or plan.result_name, outcome.global_attrs,
-                                             outcome.companions)
+                                             variable, outcome.global_attrs, outcome.companions)
             if plan.inline_only:
                 dask.compute(fill, scheduler="threads")
             else:

@@ -37,6 +37,16 @@ def parse_dims(text: str | None, ndim: int) -> tuple[str, ...] | None:
     return names
 
 
+def check_variable_dims(variable: str, dims, what: str) -> None:
+    """400 when a stored variable would be named like one of its dims: xarray reads such a
+    variable as that dim's coordinate, so ``xr.open_zarr`` would show no data at all."""
+    if variable in tuple(map(str, dims)):
+        raise bad_request(
+            f"{what} {variable!r} is also one of its dims {tuple(map(str, dims))}: xarray would read it as the "
+            f"coordinate of dim {variable!r}, not as data; name the array or that dim otherwise"
+        )
+
+
 def parse_chunks(text: str | None, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """``?chunks=1,256,256,-1`` (``-1``: the whole axis) as one positive chunk length per axis;
     a length past its axis is the whole axis (Zarr would allocate a chunk that long)."""

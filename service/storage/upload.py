@@ -24,7 +24,7 @@ from service.errors import bad_request, conflict, too_large
 from service.storage import npy, variables
 from service.storage.chunk_check import Refused, check_chunks
 from service.storage.chunk_order import stream_chunks
-from service.storage.names import check_name, parse_chunks, parse_dims
+from service.storage.names import check_name, check_variable_dims, parse_chunks, parse_dims
 from service.storage.raw_dtypes import stored_block, stored_dtype
 from service.storage.zip_checks import ZipStoreError, ZipTooLarge
 from service.storage.zip_extract import extract_zarr_zip
@@ -77,6 +77,7 @@ class NpyUpload:
         self._shape = h.shape[::-1] if h.fortran_order else h.shape
         self._dtype = h.dtype.newbyteorder("<") if h.dtype.byteorder == ">" else h.dtype
         self._dims = parse_dims(self._dims_text, len(h.shape)) or tuple(f"dim_{k}" for k in range(len(h.shape)))
+        check_variable_dims(self.name, self._dims, "array name")
         self._final_chunks = parse_chunks(self._chunks_text, h.shape)
         self._stream_chunks = stream_chunks(self._shape, self._dtype.itemsize, self.store.chunk_bytes)
         budgets = self.store.budgets
@@ -208,6 +209,7 @@ def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: s
             raise bad_request(str(error)) from None
         if dims is not None:
             arr = arr.rename(dict(zip(arr.dims, parse_dims(dims, arr.ndim))))
+        check_variable_dims(variable, arr.dims, "variable")
         wanted = parse_chunks(chunks, arr.shape)
         if wanted is not None:
             store.budgets.check_grid("?chunks=", arr.shape, wanted, arr.dtype.itemsize, bad_request)

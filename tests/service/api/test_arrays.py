@@ -195,6 +195,29 @@ def test_zip_upload_variable_choice(client, service_root, tmp_path):
     assert_problem(client.put(f"/arrays/{unique()}", content=b"not a zip", headers=headers), 400)
 
 
+def test_a_name_that_is_one_of_its_dims_is_refused(client, tmp_path):
+    """xarray reads a variable named like one of its dims as that dim's coordinate:
+    xr.open_zarr showed such an array as a Dataset without data. Refused before anything is
+    stored, at upload and for a job's result."""
+    headers = {"Content-Type": NPY}
+    for name in ("y", "x"):
+        refused = assert_problem(client.put(f"/arrays/{name}", content=npy_bytes(ints((1, 2, 2, 1))),
+                                            headers=headers, params={"dims": "time,y,x,band"}), 400, INVALID)
+        assert f"array name {name!r} is also one of its dims ('time', 'y', 'x', 'band')" in refused["detail"]
+        assert client.get(f"/arrays/{name}/info").status_code == 404
+    archive = _zip_store(_dataset()[["temp"]], tmp_path)
+    refused = assert_problem(client.put(f"/arrays/{unique()}", content=archive, params={"dims": "temp,y,x"},
+                                        headers={"Content-Type": "application/zip"}), 400, INVALID)
+    assert "variable 'temp' is also one of its dims" in refused["detail"]
+    source = unique("image")
+    put_array(client, source, ints((1, 2, 2, 4)), params={"dims": "time,y,x,band"})
+    response = execute(client, "depth_to_space", {"x": {"href": f"/arrays/{source}"}, "block_size": 2},
+                       mode="reference", name="y")
+    refused = assert_problem(response, 400, INVALID)
+    assert "outputs.result.name 'y' is also one of its dims" in refused["detail"]
+    assert client.get("/arrays/y/info").status_code == 404
+
+
 def test_overwrite_list_and_delete(client):
     name = unique("life")
     first, second = ints((2, 3)), ints((4,), np.int8)
