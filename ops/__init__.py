@@ -4,7 +4,7 @@ Each public function takes a NumPy array (and returns the computed NumPy result)
 array (and returns a lazy Dask array built block by block, never materialising the input).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib import metadata as _metadata
 
 from ops import accessor, dtypes, errors  # the accessor package registers DataArray.ops, Dataset.ops
 from ops.accessor import CoordinateDropped
@@ -18,8 +18,8 @@ from ops.gather_nd import gather_nd
 from ops.space_batch import batch_to_space_nd, space_to_batch, space_to_batch_nd
 
 try:
-    __version__ = version("chunked-tensor-ops")
-except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = _metadata.version("chunked-tensor-ops")
+except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [

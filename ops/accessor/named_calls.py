@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 import xarray as xr
 
-from ops.dims import is_named, layout_of
+from ops.dims import find_dims, is_named, layout_of
 from ops.errors import InvalidArgument
 
 
@@ -43,7 +43,7 @@ def _batch_nd_adapter(op: str, pairs_name: str):
         x = arrays["x"]
         if not isinstance(x, xr.DataArray) or not (is_named(x) or dims):
             return None
-        batch = (dims or {}).get("N", x.dims[0])
+        batch = find_dims(x.dims, op, "N", "", dims)["N"]  # by name, as the accessor finds it
         spatial = [d for d in x.dims if d != batch]
         blocks, rows = kwargs.get("block_shape"), kwargs.get(pairs_name)
         padding = {"pad_value": kwargs["pad_value"]} if "pad_value" in kwargs else {}

@@ -5,7 +5,9 @@ with the same message the service and the accessor give).
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 
 from ops import registry
 from ops.errors import InvalidArgument, MissingInput
@@ -89,6 +91,27 @@ def parse_chunks(text: str | None, dims: tuple[str, ...]) -> dict | None:
     if bad:
         raise usage(f"--chunks lengths must be >= 1 (or -1 for a whole axis), got {text!r}")
     return chunks
+
+
+_NAMING = re.compile(r"\.ops\.\w+\(\.\.\., dims=(\{[^}]*\})\)")
+_ADDING = re.compile(r"Add it, of length 1: arr\.((?:expand_dims\([^)]*\)\.?)+)\.ops\.\w+\(\.\.\.\)")
+
+
+def in_cli_terms(message: str) -> str:
+    """An operator's message with its advice in this command's terms: ``.ops.OP(...,
+    dims={...})`` becomes ``--param 'dims={...}'`` (JSON); a dim to add, which no flag can
+    add, becomes what to do to the input first."""
+    def naming(match: re.Match) -> str:
+        try:
+            mapping = ast.literal_eval(match.group(1))
+        except (ValueError, SyntaxError):
+            return match.group(0)
+        return f"--param 'dims={json.dumps(mapping, separators=(',', ':'))}'"
+
+    def adding(match: re.Match) -> str:
+        return f"Add it, of length 1, to the input first (in xarray: ds.{match.group(1)}.to_zarr(...))"
+
+    return _ADDING.sub(adding, _NAMING.sub(naming, message))
 
 
 def _missing_hint(op: registry.Operator, error: MissingInput) -> str:

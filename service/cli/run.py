@@ -20,8 +20,10 @@ The steps, each failing with its own exit code before the next starts:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -38,7 +40,7 @@ from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
 from service.cli.run_errors import CLUSTER, FAILED, INPUT, OK, USAGE, RunError, usage
 from ops.accessor.conventions import cf_encoding
-from service.cli.flags import check_arguments
+from service.cli.flags import check_arguments, in_cli_terms
 from service.cli.inputs import Input, open_input
 from service.storage import run_storage, variables
 from service.storage.run_storage import RunOutput
@@ -127,7 +129,7 @@ def build(op_name: str, input_items: list[str], output: str, *, param_items: lis
     try:
         result = call.run(scratch=scratch)  # the graph, as the service builds it
     except (InvalidArgument, IndexError) as error:  # rules on shapes and dtypes
-        raise usage(str(error)) from None
+        raise usage(in_cli_terms(str(error))) from None
     result.encoding = cf_encoding(result)  # the input's packing; its chunks and codecs are not the output's
     if result.ndim:
         # the data only: coordinates keep their own (one chunk), not one file per output block
@@ -193,15 +195,39 @@ def describe_plan(plan: RunPlan) -> list[str]:
 # --- running ----------------------------------------------------------------------------------
 
 
-def connect(settings, *, dashboard: bool = False):
+@contextlib.contextmanager
+def _children_silent(silent: bool):
+    """Processes started inside write their stderr nowhere: the embedded cluster's workers,
+    which would otherwise print a traceback each when Ctrl-C reaches them (the terminal sends
+    it to every process of the foreground group) or when the run ends while they start. The
+    run's own one-line errors say what failed; --verbose keeps the workers' output."""
+    if not silent:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def connect(settings, *, dashboard: bool = False, silent_workers: bool = False):
     """A ``service.jobs.cluster.Cluster``, started and answering (exit 4 otherwise). The embedded
-    cluster gets a dashboard only when asked: it costs the start-up more than a small run."""
+    cluster gets a dashboard only when asked: it costs the start-up more than a small run;
+    ``silent_workers``: its worker processes' stderr goes nowhere (``_children_silent``)."""
     from service.jobs.cluster import Cluster, ClusterUnavailable
 
     cluster = Cluster(settings, dashboard=dashboard)
     try:
         if cluster.embedded:
-            cluster.start()
+            with _children_silent(silent_workers):
+                cluster.start()
         cluster.live_client()
     except ClusterUnavailable as error:
         cluster.close()
@@ -276,11 +302,12 @@ def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     return future.result()
 
 
-def execute(plan: RunPlan, settings, *, overwrite: bool, show_progress: bool, dashboard: bool = False) -> dict:
+def execute(plan: RunPlan, settings, *, overwrite: bool, show_progress: bool, dashboard: bool = False,
+            silent_workers: bool = False) -> dict:
     """Compute the plan on the cluster and publish the output. Returns a summary."""
     from distributed.comm.core import CommClosedError
 
-    cluster = connect(settings, dashboard=dashboard)
+    cluster = connect(settings, dashboard=dashboard, silent_workers=silent_workers)
     started = time.monotonic()
     future = None
     bar = ProgressBar(enabled=show_progress)
@@ -337,7 +364,7 @@ def run(args, settings) -> int:
         print("\n".join(describe_plan(plan)))
         return OK
     summary = execute(plan, settings, overwrite=args.overwrite, show_progress=not args.quiet,
-                      dashboard=args.dashboard)
+                      dashboard=args.dashboard, silent_workers=not args.verbose)
     print(f"wrote {summary['output']} (variable {plan.variable}): {_describe(plan.result)} "
           f"in {summary['seconds']:.1f} s")
     return OK

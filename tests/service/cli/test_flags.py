@@ -89,3 +89,30 @@ def test_a_dry_run_with_overwrite_says_the_run_replaces_the_output(capsys, tmp_p
     code, printed, err = run(capsys, *args, "--overwrite")
     assert code == 0, err
     assert "(exists: the run replaces it)" in printed and "needs --overwrite" not in printed
+
+
+def test_advice_on_dims_is_in_command_line_terms_and_works(capsys, tmp_path):
+    """The accessor's advice (.ops.OP(..., dims={...}), arr.expand_dims(...)) was Python; run
+    says --param 'dims=...' as JSON, and the input to change when a dim must be added."""
+    raster = xr.Dataset({"r": (("band", "y", "x"), RNG.standard_normal((4, 6, 8)).astype(np.float32))})
+    raster.to_zarr(tmp_path / "raster.zarr", zarr_format=3)
+    code, _, err = run(capsys, "space_to_batch_nd", "--input", str(tmp_path / "raster.zarr"), "--param",
+                       "block_shape=[2,2]", "--param", "paddings=[[0,0],[0,0]]", "--output", str(tmp_path / "o.zarr"),
+                       *QUICK)
+    assert code == 2 and ".ops." not in err and "arr." not in err, err
+    assert "--param 'dims={\"N\":\"<batch dim>\"}'" in err and "ds.expand_dims('batch', axis=0)" in err
+    code, _, err = run(capsys, "space_to_batch_nd", "--input", str(tmp_path / "raster.zarr"), "--param",
+                       "block_shape=[2,2]", "--param", "paddings=[[0,0],[0,0]]", "--param", 'dims={"N":"band"}', "--output", str(tmp_path / "o.zarr"),
+                       *QUICK)
+    assert code == 0, err
+    assert xr.open_zarr(tmp_path / "o.zarr")["r"].sizes["band"] == 16
+    field = xr.Dataset({"t": (("time", "lat", "lon"), RNG.standard_normal((2, 4, 6)))})
+    field.to_zarr(tmp_path / "field.zarr", zarr_format=3)
+    code, _, err = run(capsys, "space_to_depth", "--input", str(tmp_path / "field.zarr"), "--param", "block_size=2",
+                       "--output", str(tmp_path / "f.zarr"), *QUICK)
+    assert code == 2 and "to the input first (in xarray: ds.expand_dims('channel', axis=3).to_zarr(...))" in err
+    xr.open_zarr(tmp_path / "field.zarr").expand_dims("channel", axis=3).to_zarr(tmp_path / "field1.zarr",
+                                                                                   zarr_format=3)
+    code, _, err = run(capsys, "space_to_depth", "--input", str(tmp_path / "field1.zarr"), "--param",
+                       "block_size=2", "--output", str(tmp_path / "f.zarr"), *QUICK)
+    assert code == 0, err

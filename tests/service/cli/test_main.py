@@ -44,3 +44,35 @@ def test_console_script_and_module_share_the_flags():
     for flag in ("--host", "--port", "--data-root", "--scheduler", "--token", "--memory-limit"):
         assert flag in as_script.stdout and flag in as_module.stdout
     assert "CHUNKED_TENSOR_OPS_SCHEDULER" in as_module.stdout
+
+
+def test_ctrl_c_during_a_run_ends_in_one_line(tmp_path):
+    """Ctrl-C reaches every process of the terminal's foreground group: the run's own and its
+    embedded cluster's workers, which each printed a traceback (30 lines and more) after the
+    run's one-line message. Now the message is all."""
+    import os
+    import signal
+    import time
+
+    import zarr
+
+    # 512 MiB of a stored fill value: nothing on disk to read, seconds of work to interrupt
+    zarr.create_array(str(tmp_path / "in.zarr"), shape=(32, 512, 512, 16), chunks=(1, 256, 256, 16),
+                      dtype="float32", fill_value=1.0)
+    script = Path(sys.executable).parent / "chunked-tensor-ops"
+    run = subprocess.Popen([str(script), "run", "depth_to_space", "--input", str(tmp_path / "in.zarr"), "--param",
+                            "block_size=2", "--output", str(tmp_path / "out.zarr"), "--n-workers", "2"],
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = run.stderr.readline()  # the progress bar's first line: the workers are computing
+        assert "%" in first or "tasks" in first, first
+        time.sleep(0.5)
+        os.killpg(run.pid, signal.SIGINT)  # as the terminal does: to the whole group
+        rest = run.communicate(timeout=120)[1]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    lines = [line for line in rest.splitlines() if line.strip() and "%" not in line]
+    assert run.returncode == 130, rest
+    assert lines == ["chunked-tensor-ops run: interrupted; no output was written"], rest
+    assert not (tmp_path / "out.zarr").exists()

@@ -28,3 +28,26 @@ def test_coordinates_are_one_chunk_and_no_warnings_leak(tmp_path, capsys):
     chunk_files = [p for p in (out / "source_time").rglob("*") if p.is_file() and p.name != "zarr.json"]
     assert len(chunk_files) == 1
     assert xr.open_zarr(out)["v"].sizes["time"] == 256
+
+
+def test_the_dry_run_shown_in_the_docs_is_what_run_prints(tmp_path, capsys, monkeypatch):
+    """docs/cli.md's --dry-run example, run as written on the input it describes: the same
+    lines (its task counts had gone stale as the plans changed)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    import zarr
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    block = re.search(r"## `--dry-run`.*?```console\n(.*?)```", text, re.S).group(1)
+    command, _, shown = block.partition("\n      ")
+    rest, _, shown = shown.partition("\n")
+    args = shlex.split(command.removeprefix("$ ").rstrip("\\") + " " + rest)
+    assert args[:2] == ["chunked-tensor-ops", "run"] and "--dry-run" in args
+    zarr.create_array(str(tmp_path / "padded.zarr"), shape=(2, 6, 5, 16), chunks=(1, 3, 2, 8), dtype="float32",
+                      fill_value=0)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(args[1:]) == 0
+    printed = capsys.readouterr().out.replace(str(tmp_path), "/data")
+    assert printed.splitlines() == shown.splitlines()
