@@ -48,6 +48,11 @@ FINAL = ("successful", "failed", "dismissed")
 # a job whose workers are all killed fails after one or two rounds of kills (each round costs
 # the workers' restarts) instead of four, and a job still survives one killed worker.
 ALLOWED_FAILURES = 1
+# The service's chunk_bytes: also the piece size of a download, which costs a few ms a piece
+# (a 50 MiB result in 64 KiB pieces took 15-40 s to download, in 1 MiB pieces under 1 s).
+CHUNK_BYTES = 2**20
+# On the 3 MiB disk, uploads are written in 64 KiB pieces: the disk fills in the middle of one.
+DISK_CHUNK_BYTES = 64 * 1024
 
 
 # --- a cluster of processes that the tests may break --------------------------------------------
@@ -180,22 +185,22 @@ def healthy(cluster):
 
 
 @contextlib.contextmanager
-def service_app(root: Path, address: str, **overrides):
-    settings = make_settings(root, scheduler=address, chunk_bytes=64 * 1024, **overrides)
+def service_app(root: Path, address: str, chunk_bytes: int = CHUNK_BYTES, **overrides):
+    settings = make_settings(root, scheduler=address, chunk_bytes=chunk_bytes, **overrides)
     with TestClient(create_app(settings)) as api:
         yield api
 
 
-def gather_inputs(api, rows: int, block: int, prefix: str) -> tuple[dict, np.ndarray]:
+def gather_inputs(api, rows: int, block: int, prefix: str) -> tuple[dict, np.ndarray, np.ndarray]:
     """Stored GatherNd inputs whose output blocks are ``block`` rows of 512 bytes: tasks
-    long enough that a job has some running when something breaks. (inputs, expected)."""
+    long enough that a job has some running when something breaks. (inputs, params, indices)"""
     rng = np.random.default_rng(rows)
     params = rng.standard_normal((4096, 128), dtype=np.float32)
     indices = rng.integers(0, 4096, size=(rows, 1), dtype=np.int64)
     upload(api, f"{prefix}-params", params)
     upload(api, f"{prefix}-indices", indices, chunks=f"{block},1")
     inputs = {"params": {"href": f"/arrays/{prefix}-params"}, "indices": {"href": f"/arrays/{prefix}-indices"}}
-    return inputs, ops.gather_nd(params, indices)
+    return inputs, params, indices
 
 
 def kill(pid: int) -> None:
@@ -220,7 +225,7 @@ def wait_executing(cluster: ProcessCluster, timeout: float = 20.0, every: float 
 def test_a_worker_killed_mid_job_is_survived(healthy, tmp_path):
     cluster = healthy
     with service_app(tmp_path, cluster.address) as api:
-        inputs, expected = gather_inputs(api, 100_000, 5_000, "kill1")  # 20 blocks of 2.5 MiB
+        inputs, params, indices = gather_inputs(api, 100_000, 5_000, "kill1")  # 20 blocks of 2.5 MiB
         job_id = submit(api, "gather_nd", inputs, result_name="kill1-y")
         pids = cluster.ready(2)
         counts = wait_executing(cluster)
@@ -231,7 +236,7 @@ def test_a_worker_killed_mid_job_is_survived(healthy, tmp_path):
         final, _ = wait_job(api, job_id, timeout=60)
         assert final["status"] == "successful", final
         assert final["progress"] == 100
-        assert_bit_exact(download(api, "kill1-y"), expected)
+        assert_bit_exact(download(api, "kill1-y"), ops.gather_nd(params, indices))
         assert job_leftovers(tmp_path, job_id) == []
         # the worker was killed (not merely restarted at leisure), and its nanny started a new one
         after = cluster.ready(2)
@@ -241,7 +246,7 @@ def test_a_worker_killed_mid_job_is_survived(healthy, tmp_path):
 def test_every_worker_killed_again_and_again_fails_the_job_cleanly(healthy, tmp_path):
     cluster = healthy
     with service_app(tmp_path, cluster.address) as api:
-        inputs, _ = gather_inputs(api, 400_000, 10_000, "killall")  # 40 blocks of 5 MiB
+        inputs, *_ = gather_inputs(api, 400_000, 10_000, "killall")  # 40 blocks of 5 MiB
         job_id = submit(api, "gather_nd", inputs, result_name="killall-y")
         rounds = 0
         deadline = time.monotonic() + 60
@@ -297,7 +302,7 @@ class ServiceProcess:
 
     def start(self, timeout: float = 60) -> httpx.Client:
         self.starts += 1
-        env = {**os.environ, "CHUNKED_TENSOR_OPS_CHUNK_BYTES": str(64 * 1024)}
+        env = {**os.environ, "CHUNKED_TENSOR_OPS_CHUNK_BYTES": str(CHUNK_BYTES)}
         with open(self.logs / f"service-{self.starts}.log", "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service", "--host", "127.0.0.1", "--port", str(self.port),
@@ -330,7 +335,9 @@ class ServiceProcess:
 
 
 def test_the_service_stopped_then_killed_mid_job_and_restarted(healthy, tmp_path):
-    """Two interruptions of one service (three starts, the costly part, shared):
+    """Two interruptions of one service, sharing its three starts (the costly part): two
+    ``python -m service`` processes, the ones SIGTERM and SIGKILL stop, then a restart in this
+    process (what is tested after the SIGKILL is what a start finds, not the process):
 
     - stopped (SIGTERM) while a job runs: after the restart a finished job keeps its record and
       result, the running one is failed with a message saying the service stopped, no part of
@@ -350,7 +357,7 @@ def test_the_service_stopped_then_killed_mid_job_and_restarted(healthy, tmp_path
         done_id = submit(http, "depth_to_space", {"x": {"href": "/arrays/restart-x"}, "block_size": 2},
                          result_name="restart-done")
         assert wait_job(http, done_id)[0]["status"] == "successful"
-        inputs, expected = gather_inputs(http, 200_000, 5_000, "restart")  # 40 blocks of 2.5 MiB
+        inputs, params, _ = gather_inputs(http, 200_000, 5_000, "restart")  # 40 blocks of 2.5 MiB
         indices_before = download(http, "restart-indices")
         stopped_id = submit(http, "gather_nd", inputs, result_name="restart-y")
         wait_executing(cluster)
@@ -389,33 +396,35 @@ def test_the_service_stopped_then_killed_mid_job_and_restarted(healthy, tmp_path
             assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         finally:
             raw.close()
-
-        http = service.start()
-        assert list((root / "tmp").iterdir()) == []  # swept at start
-        assert not (root / "arrays" / "restart-y").exists()
-        final = http.get(f"/jobs/{job_id}").json()
-        assert final["status"] == "failed", final
-        assert "interrupted" in final["message"], final
-        assert final["finished"]
-        results = http.get(f"/jobs/{job_id}/results")
-        assert results.status_code == 500, results.text
-        assert "interrupted" in results.json()["detail"]
-        assert http.get("/arrays/restart-y/info").status_code == 404
-        assert "restart-y" not in [a["name"] for a in http.get("/arrays").json()["arrays"]]
-        # the killed service's tasks are gone from the cluster, and none wrote after the sweep
+        # the killed service's tasks are gone from the cluster once the scheduler sees its client
+        # gone (a task that was running ends first): then started again, in this process, which
+        # takes a second where a new process takes several (started sooner than the tasks end, a
+        # sweep at start could be followed by their writes)
         assert eventually(lambda: processing(cluster.client) == []), processing(cluster.client)
         assert eventually(lambda: workers_idle(cluster.client))
-        assert list((root / "tmp").iterdir()) == []
-        assert_bit_exact(download(http, "restart-indices"), indices_before)  # the inputs are intact
-        # a new job (under the same output name, on a tenth of the indices) runs to success
-        upload(http, "restart-fewer", indices_before[:20_000], chunks="2500,1")
-        job_id = submit(http, "gather_nd", {**inputs, "indices": {"href": "/arrays/restart-fewer"}},
-                        result_name="restart-y")
-        final, _ = wait_job(http, job_id, timeout=60)
-        assert final["status"] == "successful", final
-        assert_bit_exact(download(http, "restart-y"), expected[:20_000])
-        assert list((root / "tmp").iterdir()) == []
-        http.close()
+        assert job_leftovers(root, job_id)  # what the sweep has to remove
+        with service_app(root, cluster.address) as http:
+            assert list((root / "tmp").iterdir()) == []  # swept at start
+            assert not (root / "arrays" / "restart-y").exists()
+            final = http.get(f"/jobs/{job_id}").json()
+            assert final["status"] == "failed", final
+            assert "interrupted" in final["message"], final
+            assert final["finished"]
+            results = http.get(f"/jobs/{job_id}/results")
+            assert results.status_code == 500, results.text
+            assert "interrupted" in results.json()["detail"]
+            assert http.get("/arrays/restart-y/info").status_code == 404
+            assert "restart-y" not in [a["name"] for a in http.get("/arrays").json()["arrays"]]
+            assert list((root / "tmp").iterdir()) == []
+            assert_bit_exact(download(http, "restart-indices"), indices_before)  # the inputs are intact
+            # a new job (under the same output name, on a tenth of the indices) runs to success
+            upload(http, "restart-fewer", indices_before[:20_000], chunks="2500,1")
+            job_id = submit(http, "gather_nd", {**inputs, "indices": {"href": "/arrays/restart-fewer"}},
+                            result_name="restart-y")
+            final, _ = wait_job(http, job_id, timeout=60)
+            assert final["status"] == "successful", final
+            assert_bit_exact(download(http, "restart-y"), ops.gather_nd(params, indices_before[:20_000]))
+            assert list((root / "tmp").iterdir()) == []
     finally:
         service.stop()
 
@@ -457,12 +466,14 @@ def test_the_scheduler_frozen_or_gone_is_503_then_recovered(healthy, tmp_path):
     scheduler on the same port: 503s within bounded time, never a hang, and then recovery."""
     cluster = healthy
     x = np.random.default_rng(5).standard_normal((2, 8, 8, 16), dtype=np.float32)
-    # (a scheduler that has just started, on a busy machine, may take seconds to answer: the
-    # bounds below are "never a hang", not speed)
-    with service_app(tmp_path, cluster.address, scheduler_timeout=3) as api:
+    # A 2 s scheduler timeout (a job gives a silent scheduler up after 3 x 2 s): each wait for
+    # the frozen or gone scheduler below is one of these. (A scheduler that has just started,
+    # on a busy machine, may take seconds to answer: the bounds below are "never a hang", not
+    # speed.)
+    with service_app(tmp_path, cluster.address, scheduler_timeout=2) as api:
         upload(api, "sched-x", x, chunks="1,4,4,16")
         assert api.get("/healthz").status_code == 200
-        inputs, _ = gather_inputs(api, 400_000, 10_000, "frozen")  # 40 blocks of 5 MiB
+        inputs, *_ = gather_inputs(api, 400_000, 10_000, "frozen")  # 40 blocks of 5 MiB
         running = submit(api, "gather_nd", inputs, result_name="frozen-y")
         wait_executing(cluster)
         cluster.scheduler.send_signal(signal.SIGSTOP)
@@ -545,7 +556,7 @@ def test_disk_full_mid_job_and_mid_upload(healthy, small_disk):
     root = small_disk / "root"
     rng = np.random.default_rng(9)
     keep = rng.integers(0, 2**32, size=(256, 256), dtype=np.uint32)  # 256 KiB that do not compress
-    with service_app(root, cluster.address) as api:
+    with service_app(root, cluster.address, chunk_bytes=DISK_CHUNK_BYTES) as api:
         upload(api, "keep", keep)
         kept = api.get("/arrays/keep").content
         params = rng.integers(0, 2**32, size=(64, 1024), dtype=np.uint32)  # 256 KiB
@@ -594,7 +605,7 @@ def test_disk_filled_by_another_writer(healthy, small_disk):
     cluster = healthy
     root = small_disk / "root"
     x = np.random.default_rng(11).standard_normal((2, 8, 8, 16), dtype=np.float32)
-    with service_app(root, cluster.address) as api:
+    with service_app(root, cluster.address, chunk_bytes=DISK_CHUNK_BYTES) as api:
         upload(api, "other-x", x, chunks="1,4,4,16")
         stored = api.get("/arrays/other-x").content
         fill(small_disk / "filler")
@@ -621,7 +632,7 @@ def test_job_records_on_a_full_disk(healthy, small_disk):
     root = small_disk / "root"
     x = np.random.default_rng(12).standard_normal((2, 8, 8, 16), dtype=np.float32)
     inputs = {"x": {"href": "/arrays/records-x"}, "block_size": 2}
-    with service_app(root, cluster.address) as api:
+    with service_app(root, cluster.address, chunk_bytes=DISK_CHUNK_BYTES) as api:
         upload(api, "records-x", x, chunks="1,4,4,16")
         done = submit(api, "depth_to_space", inputs, result_name="records-y")
         assert wait_job(api, done)[0]["status"] == "successful"
