@@ -15,7 +15,7 @@ import xarray as xr
 from ops.errors import DimensionError, MissingDims
 
 ROLE_NAMES = {
-    "N": ("n", "batch", "sample", "samples", "image", "images", "time"),
+    "N": ("n", "b", "batch", "sample", "samples", "image", "images", "time"),
     "H": ("h", "y", "height", "row", "rows", "lat", "latitude"),
     "W": ("w", "x", "width", "col", "cols", "column", "columns", "lon", "longitude"),
     "C": ("c", "channel", "channels", "band", "bands", "feature", "features", "depth"),

@@ -50,6 +50,8 @@ def depth(arr: xr.DataArray, op: str, block_size, mode, roles: Mapping[str, str]
     attrs = with_step(arr, op, block_size=factor, mode=mode,
                       dims={r: d for r, d in roles.items() if d != _TEMPORARY_BATCH})
     out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs))
+    if roles["N"] in arr.dims:  # a per-band list, with the bands as the batch (not an added batch of one)
+        out.attrs = per_channel_attrs(arr, out, roles["N"], op)
     out.name = conventions.name_of(arr)  # not a Dask key, which xarray takes for a name
     out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
     out.attrs = per_channel_attrs(arr, out, roles["C"], op)
@@ -129,13 +131,20 @@ def batch(arr: xr.DataArray, op: str, block_shape: Mapping, pairs: Mapping | Non
     padding = {}
     if op == "space_to_batch_nd":
         padding = {"pad_value": conventions.pad_value(arr, pad_value)}
-    data = registry.get(op).function(work.data, blocks, rows, **padding)
+    try:
+        data = registry.get(op).function(work.data, blocks, rows, **padding)
+    except LimitExceeded:
+        raise
+    except InvalidArgument as error:  # its rules in positions (x.shape[1]): say them in dim names
+        raise type(error)(conventions.in_dim_terms(str(error), work.dims)) from None
     plan = coords.batch_plan(arr, roles["N"], spatial, blocks, rows, op)
     key = "paddings" if op == "space_to_batch_nd" else "crops"
     shown = {"pad_value": conventions.json_number(pad_value)} if padding and padding["pad_value"] != 0 else {}
     attrs = with_step(arr, op, block_shape=plain_ints(block_shape), **{key: plain_ints(pairs)},
                       dims={"N": roles["N"]}, **shown)
     out = xr.DataArray(data, dims=work.dims, coords=plan.coords, attrs=plan.attrs(attrs))
+    if roles["N"] in arr.dims:  # a per-band list, with the bands as the batch (not an added batch of one)
+        out.attrs = per_channel_attrs(arr, out, roles["N"], op)
     out.name = conventions.name_of(arr)  # not a Dask key, which xarray takes for a name
     out.encoding.update({**conventions.cf_encoding(arr), **plan.encoding})
     return out.transpose(*arr.dims)

@@ -261,7 +261,7 @@ def test_a_job_result_is_stored_by_the_tasks_that_make_it(store, op, shape, chun
     # blocks writes them itself (ops.fusing_stores), the same bytes.
     x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
     put(store, "rows", x, chunks=chunks)
-    rows = store.open("rows")
+    rows = store.open("rows").array
     y = xr.DataArray(op(rows.data, *params), dims=rows.dims)
     built = store.new_version("bundles-")
     fill = store.write_skeleton(built, y, tuple(c[0] for c in y.chunks), "bundled")
@@ -273,7 +273,7 @@ def test_a_job_result_is_stored_by_the_tasks_that_make_it(store, op, shape, chun
 
 def test_pinned_read_keeps_its_version(store):
     put(store, "v", np.full((32, 64), 1, np.int32), chunks="1,-1")  # 32 chunks
-    old = store.open("v", pinned=True)
+    old = store.open("v", pinned=True).array
     put(store, "v", np.full((32, 64), 2, np.int32), overwrite=True, chunks="4,-1")
     assert (store.read_small("v", 2**20) == 2).all()
     assert (np.asarray(old.values) == 1).all()  # read after the overwrite: the old version, whole
@@ -307,7 +307,7 @@ def test_download_started_before_an_overwrite_is_the_old_array(store):
 
 def test_delete_while_read(store):
     put(store, "gone", np.full((16, 16), 7, np.uint8), chunks="1,-1")
-    arr = store.open("gone", pinned=True)
+    arr = store.open("gone", pinned=True).array
     store.delete("gone")
     assert not store.exists("gone") and store.names() == []
     assert (np.asarray(arr.values) == 7).all()

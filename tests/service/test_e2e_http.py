@@ -303,17 +303,16 @@ def test_xarray_zip_upload_over_http(url, tmp_path):
     # 'band_name' differs within each group of 4 bands that DepthToSpace merges: dropped, said.
     with pytest.warns(ops.CoordinateDropped, match="'band_name'"):
         want = image.ops.depth_to_space(2)
-    # The service reads the group's attrs (the Dataset's) under the variable's own; the contract
-    # leaves open whether a result keeps them, so either is accepted for those keys.
-    with pytest.warns(ops.CoordinateDropped, match="'band_name'"):
-        with_group = image.assign_attrs({**ds.attrs, **image.attrs}).ops.depth_to_space(2)
-    result = xr.open_zarr(zarr_url(url, "zip_d2s"), consolidated=True, zarr_format=3)["zip_d2s"].load()
+    # The result keeps the input's variable name (refl) and the group's attrs stay the group's.
+    stored = xr.open_zarr(zarr_url(url, "zip_d2s"), consolidated=True, zarr_format=3)
+    assert list(stored.data_vars) == ["refl"] and stored.attrs == ds.attrs
+    result = stored["refl"].load()
     assert result.dims == want.dims
     assert set(result.coords) == set(want.coords)
     for name in want.coords:
         assert result[name].dims == want[name].dims
         np.testing.assert_array_equal(result[name].values, want[name].values)
-    assert result.attrs in (want.attrs, with_group.attrs), (result.attrs, want.attrs)
+    assert result.attrs == want.attrs
     assert_same_bytes(result.values, np.asarray(want.values))
 
 

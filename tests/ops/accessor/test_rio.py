@@ -114,3 +114,20 @@ def test_per_band_attrs_follow_the_bands_and_the_raster_can_be_written(tmp_path)
         shallower = deeper.ops.depth_to_space(2)
     assert "long_name" not in shallower.attrs
     shallower.rio.to_raster(tmp_path / "shallower.tif")
+
+
+def test_per_band_attrs_follow_the_bands_as_a_batch(tmp_path):
+    """With the bands as the batch dim of SpaceToBatchND/BatchToSpaceND, the per-band tuple
+    follows them too: regrouped where each new entry has one source band, dropped with a
+    warning where it has several (it stayed, 4 names for 16 or 1 bands)."""
+    import ops as ops_module
+
+    names = ("B02", "B03", "B04", "B08")
+    arr = xr.DataArray(np.arange(4 * 6 * 8, dtype=np.float32).reshape(4, 6, 8), dims=("band", "y", "x"),
+                       attrs={"long_name": names})
+    tiles = arr.ops.space_to_batch_nd(y=2, x=2, dims={"N": "band"})
+    assert tiles.sizes["band"] == 16
+    assert tiles.attrs["long_name"] == tuple(names[int(b)] for b in tiles["source_band"].values)
+    with pytest.warns(ops_module.CoordinateDropped, match="attribute 'long_name' dropped"):
+        whole = arr.ops.batch_to_space_nd(y=2, x=2, dims={"N": "band"})
+    assert whole.sizes["band"] == 1 and "long_name" not in whole.attrs

@@ -116,3 +116,15 @@ def test_advice_on_dims_is_in_command_line_terms_and_works(capsys, tmp_path):
     code, _, err = run(capsys, "space_to_depth", "--input", str(tmp_path / "field1.zarr"), "--param",
                        "block_size=2", "--output", str(tmp_path / "f.zarr"), *QUICK)
     assert code == 0, err
+
+
+def test_a_rule_broken_in_the_list_form_is_said_in_dim_names(capsys, tmp_path, field):
+    """block_shape=[2,2] on (time, lat, lon, band): the refusal names lat, as the accessor's
+    does, not x.shape[1]."""
+    root, _ = field
+    code, _, err = run(capsys, "space_to_batch_nd", "--input", str(root / "field.zarr"), "--param",
+                       "block_shape=[3,2]", "--param", "paddings=[[0,0],[0,0]]", "--output", str(tmp_path / "o.zarr"),
+                       *QUICK)
+    assert code == 2, err
+    assert "padded size of dim 'lat' (dim 'lat' + paddings['lat'] = 4 + 0 + 0 = 4) must be divisible by " \
+           "block_shape['lat'] = 3" in err and "x.shape" not in err
