@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from ops.accessor import conventions
+from ops.accessor import coords as coords_module
 from ops.dims import find_dims
 from ops.errors import DimensionError, InvalidArgument, MissingDims, NotApplicable
 
@@ -122,5 +123,9 @@ def dequant_by_name(src: xr.DataArray, deq_scale, *, function, dst_dtype, calc_c
     coords = {name: c.variable for name, c in src.coords.items() if not (padded and cols in c.dims)}
     result = xr.DataArray(out, dims=work.dims, coords=coords)
     result.name = conventions.name_of(src)  # not a Dask key, which xarray takes for a name
+    packing = [k for k in ("scale_factor", "add_offset", "_FillValue", "missing_value") if k in src.encoding]
+    if packing:  # the result holds new values, in dst_dtype: the src's packing would corrupt them
+        coords_module._warn(f"ascend_dequant: the packing of src ({', '.join(packing)}) is not kept: the result "
+                            f"holds new values, stored as {np.dtype(result.dtype)}")
     return result.transpose(*src.dims)
 

@@ -70,3 +70,14 @@ def test_an_unnamed_lazy_result_stays_unnamed():
     assert x.name is not None  # xarray named the input after its Dask key; the results do not take it
     assert registry.apply("depth_to_space", {"x": x.data}, {"block_size": 2}).name is None
     assert x.rename("t").ops.space_to_depth(2).name == "t"
+
+
+def test_the_packing_of_src_is_not_kept_and_a_warning_says_so():
+    """AscendDequant computes new values: a packed src's scale_factor would corrupt them, so the
+    result has none of its packing, and the warning names what was left out."""
+    src = xr.DataArray(np.arange(8, dtype=np.int32).reshape(2, 4), dims=("token", "channel"))
+    src.encoding.update({"scale_factor": 0.5, "_FillValue": -1, "dtype": "int32"})
+    with pytest.warns(ops.CoordinateDropped, match=r"packing of src \(scale_factor, _FillValue\) is not kept"):
+        out = src.ops.ascend_dequant(np.float32(2.0), dst_dtype="float32")
+    assert not {"scale_factor", "_FillValue", "dtype"} & set(out.encoding)
+    assert out.values.tolist() == (np.arange(8).reshape(2, 4) * 2.0).tolist()
