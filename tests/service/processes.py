@@ -1,6 +1,7 @@
 """The processes the service tests start and stop: free ports of 127.0.0.1, a ``dask
-scheduler`` with ``dask worker`` processes, a ``python -m service`` server, and the look at
-/proc that checks none of them outlives its test. Shared by tests/service/jobs/test_cluster.py,
+scheduler`` with ``dask worker`` processes, a ``python -m service`` server (or, where the
+process is not what a test is about, a started app served by uvicorn in a thread of the test's
+own process), and the look at /proc that checks none of them outlives its test. Shared by tests/service/jobs/test_cluster.py,
 test_faults.py, test_e2e_http.py, test_data_safety.py, test_load.py, the cli tests and
 tests/test_deploy.py."""
 
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +115,35 @@ def dask_processes(logs: Path, *, workers: int, nthreads: int, memory_limit: str
 
 
 # --- the service --------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def served(app, timeout: float = 30.0):
+    """The URL of ``app`` (already started, e.g. by a TestClient) served over HTTP on a free
+    port of 127.0.0.1 by uvicorn in a thread of this process: real connections and uvicorn's
+    concurrency without starting a service process (seconds of imports and its own cluster)."""
+    import uvicorn
+
+    for attempt in range(3):  # the port may be taken between choosing and binding it
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
+                                               log_level="warning"))
+        thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if server.started:
+            break
+        server.should_exit = True
+        thread.join(10)
+        assert attempt < 2 and not thread.is_alive(), f"uvicorn did not start on 127.0.0.1:{port}"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
+        assert not thread.is_alive(), "uvicorn did not stop"
+
 
 @dataclass
 class Server:

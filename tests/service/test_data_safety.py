@@ -7,12 +7,12 @@ from __future__ import annotations
 import gc
 import hashlib
 import math
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -20,21 +20,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import requests
 import xarray as xr
 
 import ops
+from bench.overwrites import hammer
 from service.errors import ServiceError
 from service.jobs.records import JobRecords
 from service.storage import publish
 from service.storage.local import ArrayStore
 from tests.helpers import assert_same, stores_as_made
 from tests.service.conftest import NPY, eventually, inline, load_npy, npy_bytes
-from tests.service.processes import start_server, stop_server
+from tests.service.processes import served
 
 REPO = Path(__file__).resolve().parents[2]
 ASYNC = {"Prefer": "respond-async"}
-HTTP_TIMEOUT = 30
 
 
 def unique(prefix: str) -> str:
@@ -51,49 +50,91 @@ def tree_digest(path: Path) -> dict[str, tuple[str, int]]:
 
 # --- job records survive a crash ---------------------------------------------------------------
 
-WRITER = textwrap.dedent("""
-    import sys, uuid
+# Writers are forks of one process that has imported the job records (importing them loads the
+# service, seconds a process): each is a process of its own that opens the database itself.
+FORKER = textwrap.dedent("""
+    import os, sys
     from service.jobs.records import JobRecords, now
-    records = JobRecords(sys.argv[1])
-    tag = sys.argv[2]
-    for i in range(100000):
-        job = f"{tag}-{i:06d}"
-        records.create(job, "depth_to_space", ["in"], "out-" + job, "reference")
-        print("accepted", job, flush=True)
-        records.update(job, status="running", started=now(), message="running on the cluster", progress=i % 100)
-        print("running", job, flush=True)
-        records.finish(job, "successful", "done", progress=100)
-        print("successful", job, flush=True)
+
+    def write(db, tag, out):
+        records = JobRecords(db)
+        for i in range(100000):
+            job = f"{tag}-{i:06d}"
+            records.create(job, "depth_to_space", ["in"], "out-" + job, "reference")
+            print("accepted", job, file=out, flush=True)
+            records.update(job, status="running", started=now(), message="running on the cluster", progress=i % 100)
+            print("running", job, file=out, flush=True)
+            records.finish(job, "successful", "done", progress=100)
+            print("successful", job, file=out, flush=True)
+
+    for command in sys.stdin:
+        what, *args = command.split()
+        if what == "fork":  # fork DB TAG FIFO: a writer on DB acknowledging each write to FIFO
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    with open(args[2], "w") as out:
+                        write(args[0], args[1], out)
+                finally:
+                    os._exit(0)
+            print(pid, flush=True)
+        elif what == "wait":  # wait PID: the signal that ended it (0 if none did)
+            _, status = os.waitpid(int(args[0]), 0)
+            print(os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0, flush=True)
 """)
 
 
-def _kill_writers_midway(db: Path, tags: list[str], acks_before_kill: int) -> dict[str, str]:
+class Forker:
+    """The process that forks the writers; its error output goes to ``log``."""
+
+    def __init__(self, log: Path):
+        self.log = log
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-c", FORKER], cwd=REPO, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+
+    def ask(self, command: str) -> int:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        assert answer, f"the forker died: {self.log.read_text()}"
+        return int(answer)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+def _kill_writers_midway(forker: Forker, db: Path, tags: list[str], acks_before_kill: int) -> dict[str, str]:
     """Start one writer per tag on ``db``, SIGKILL them all once each acknowledged
     ``acks_before_kill`` writes; returns the last acknowledged status of each job."""
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), tag], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True) for tag in tags]
+    writers = []  # (pid, its acknowledgements)
+    for tag in tags:
+        fifo = db.parent / f"{tag}.acks"
+        os.mkfifo(fifo)
+        pid = forker.ask(f"fork {db} {tag} {fifo}")
+        writers.append((pid, open(fifo)))  # (waits for the writer to open it)
     acked: dict[str, str] = {}
     try:
-        for proc in procs:
+        for _, acks in writers:
             for _ in range(acks_before_kill):
-                line = proc.stdout.readline()
-                assert line, f"the writer died: {proc.stderr.read()}"
+                line = acks.readline()
+                assert line, f"the writer died: {forker.log.read_text()}"
                 status, job = line.split()
                 acked[job] = status
     finally:
-        for proc in procs:
-            proc.kill()  # SIGKILL: no cleanup, no checkpoint, a write may be half done
-        for proc in procs:
-            proc.wait(10)
+        for pid, _ in writers:
+            os.kill(pid, signal.SIGKILL)  # no cleanup, no checkpoint, a write may be half done
+        for _, acks in writers:
             # What it wrote after the last line we read was committed too: read the rest, but not
             # a line the kill cut short (the write it names was committed; the ack is incomplete).
-            rest = proc.stdout.read()
+            rest = acks.read()
             for line in rest.split("\n")[:-1]:
                 status, job = line.split()
                 acked[job] = status
-            proc.stdout.close()
-            proc.stderr.close()
-    assert all(proc.returncode == -signal.SIGKILL for proc in procs)
+            acks.close()
+    assert [forker.ask(f"wait {pid}") for pid, _ in writers] == [signal.SIGKILL] * len(writers)
     return acked
 
 
@@ -103,36 +144,43 @@ def test_job_records_survive_sigkill(tmp_path):
     raw = sqlite3.connect(db)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     raw.close()
-    for round_, acks in enumerate((150, 40, 97)):  # killed at different points of a job's three writes
-        tag = f"r{round_}"
-        acked = _kill_writers_midway(db, [f"{tag}a", f"{tag}b"], acks)
-        # A fresh connection replays the log: the database is whole and every acknowledged write is in it.
-        raw = sqlite3.connect(db)
-        try:
-            assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        finally:
-            raw.close()
-        records = JobRecords(db)
-        rows = {job["id"]: job for job in records.list(limit=10**6) if job["id"].startswith(tag)}
-        order = ("accepted", "running", "successful")
-        for job, status in acked.items():
-            assert job in rows, f"acknowledged {status} of {job} is lost"
-            assert order.index(rows[job]["status"]) >= order.index(status), (job, status, rows[job])
-        assert len(rows) <= len({j for j in acked}) + 2  # at most one unacknowledged create per writer
-        for job in rows.values():  # every row is one of the three whole states, never a mix
-            if job["status"] == "accepted":
-                assert job["started"] is None and job["finished"] is None and job["progress"] == 0, job
-            elif job["status"] == "running":
-                assert job["started"] and job["finished"] is None and job["message"] == "running on the cluster", job
-            else:
-                assert job["status"] == "successful" and job["finished"] and job["progress"] == 100, job
-            assert job["reads"] == ["in"] and job["writes"] == "out-" + job["id"], job
-        # A restarted service fails what was left active, in one transaction.
-        active = [job["id"] for job in rows.values() if job["status"] in ("accepted", "running")]
-        assert records.mark_interrupted() == len(active)
-        assert not records.list(status=["accepted", "running"])
-        assert all(records.get(job)["status"] == "failed" for job in active)
+    forker = Forker(tmp_path / "forker.log")
+    try:
+        for round_, acks in enumerate((150, 40, 97)):  # killed at different points of a job's three writes
+            _check_a_round_of_kills(forker, db, f"r{round_}", acks)
+    finally:
+        forker.close()
+
+
+def _check_a_round_of_kills(forker: Forker, db: Path, tag: str, acks: int) -> None:
+    acked = _kill_writers_midway(forker, db, [f"{tag}a", f"{tag}b"], acks)
+    # A fresh connection replays the log: the database is whole and every acknowledged write is in it.
+    raw = sqlite3.connect(db)
+    try:
+        assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        raw.close()
+    records = JobRecords(db)
+    rows = {job["id"]: job for job in records.list(limit=10**6) if job["id"].startswith(tag)}
+    order = ("accepted", "running", "successful")
+    for job, status in acked.items():
+        assert job in rows, f"acknowledged {status} of {job} is lost"
+        assert order.index(rows[job]["status"]) >= order.index(status), (job, status, rows[job])
+    assert len(rows) <= len({j for j in acked}) + 2  # at most one unacknowledged create per writer
+    for job in rows.values():  # every row is one of the three whole states, never a mix
+        if job["status"] == "accepted":
+            assert job["started"] is None and job["finished"] is None and job["progress"] == 0, job
+        elif job["status"] == "running":
+            assert job["started"] and job["finished"] is None and job["message"] == "running on the cluster", job
+        else:
+            assert job["status"] == "successful" and job["finished"] and job["progress"] == 100, job
+        assert job["reads"] == ["in"] and job["writes"] == "out-" + job["id"], job
+    # A restarted service fails what was left active, in one transaction.
+    active = [job["id"] for job in rows.values() if job["status"] in ("accepted", "running")]
+    assert records.mark_interrupted() == len(active)
+    assert not records.list(status=["accepted", "running"])
+    assert all(records.get(job)["status"] == "failed" for job in active)
 
 
 def test_a_failed_write_is_rolled_back(tmp_path):
@@ -461,78 +509,20 @@ def test_dismiss_a_queued_job(client, service_root):
     assert not list((service_root / "tmp").glob(f"job-{job_id}-*"))
 
 
-# --- the real server: overwrites seen whole, a SIGKILL mid-job ---------------------------------
+# --- over HTTP: overwrites seen whole -----------------------------------------------------------
 
-@pytest.fixture
-def real_server(tmp_path):
-    server = start_server(tmp_path / "data", tmp_path / "server.log")
-    try:
-        yield server
-    finally:
-        stop_server(server)
-
-
-def test_overwrite_while_readers_hammer_it(real_server):
+def test_overwrite_while_readers_hammer_it(client, service_root):
     """Readers download ``/arrays/NAME`` (NPY) and ``/arrays/NAME/zarr/zarr.json`` in a loop
     while the array is overwritten with constant arrays of other values: every answer is 200
-    and every download is one of the versions, whole."""
-    url = real_server.url
-    shape = (64, 4096)  # float32: 1 MiB in 64 chunks of 16 KiB
-    values = list(range(1, 10))
-    put_answer = requests.put(f"{url}/arrays/hammered", data=npy_bytes(np.full(shape, values[0], np.float32)),
-                              headers={"Content-Type": NPY}, params={"chunks": "1,-1"}, timeout=HTTP_TIMEOUT)
-    assert put_answer.status_code == 201, put_answer.text
-    bodies = {v: npy_bytes(np.full(shape, v, np.float32)) for v in values}
-    stop = threading.Event()
-    problems: list[str] = []
-    seen: dict[str, list] = {"npy": [], "zarr.json": [], "info": []}
-
-    def download():
-        with requests.Session() as session:
-            while not stop.is_set():
-                answer = session.get(f"{url}/arrays/hammered", timeout=HTTP_TIMEOUT)
-                if answer.status_code != 200:
-                    problems.append(f"GET /arrays/hammered: {answer.status_code} {answer.text[:300]}")
-                    continue
-                got = load_npy(answer.content)
-                if got.shape != shape or got.dtype != np.float32:
-                    problems.append(f"download of shape {got.shape} {got.dtype}")
-                    continue
-                first = got.flat[0]
-                if not (got == first).all() or first not in values:
-                    problems.append(f"a mixed download: values {np.unique(got)[:10]}")
-                seen["npy"].append(float(first))
-
-    def metadata():
-        with requests.Session() as session:
-            while not stop.is_set():
-                for path, kind in (("zarr/zarr.json", "zarr.json"), ("info", "info")):
-                    answer = session.get(f"{url}/arrays/hammered/{path}", timeout=HTTP_TIMEOUT)
-                    if answer.status_code != 200:
-                        problems.append(f"GET {path}: {answer.status_code} {answer.text[:300]}")
-                        continue
-                    document = answer.json()  # whole JSON, never a torn file
-                    if kind == "info" and document["shape"] != list(shape):
-                        problems.append(f"info {document}")
-                    seen[kind].append(1)
-
-    with ThreadPoolExecutor(4) as pool:
-        readers = [pool.submit(download), pool.submit(download), pool.submit(metadata)]
-        try:
-            for value in values[1:]:  # 8 overwrites
-                answer = requests.put(f"{url}/arrays/hammered", data=bodies[value], params={
-                    "overwrite": "true", "chunks": "1,-1"}, headers={"Content-Type": NPY}, timeout=HTTP_TIMEOUT)
-                assert answer.status_code == 201, answer.text
-                time.sleep(0.05)
-        finally:
-            stop.set()
-            for reader in readers:
-                reader.result()
-    assert not problems, problems[:10]
-    assert len(seen["npy"]) >= 10 and len(seen["zarr.json"]) >= 10, {k: len(v) for k, v in seen.items()}
-    assert len(set(seen["npy"])) > 1, "no download saw an overwrite"
-    final = load_npy(requests.get(f"{url}/arrays/hammered", timeout=HTTP_TIMEOUT).content)
-    assert (final == values[-1]).all()
+    and every download is one of the versions, whole. The module's app, served by uvicorn in a
+    thread (real connections, concurrent requests); 16 chunks, 8 overwrites (``python -m
+    bench.overwrites``: a service process, 64 chunks, 100 overwrites)."""
+    with served(client.app) as url:
+        report = hammer(url, rows=16, overwrites=8)
+    assert not report.problems, report.problems[:10]
+    assert report.counts()["npy"] >= 10 and report.counts()["zarr.json"] >= 10, report.counts()
+    assert len(set(report.seen["npy"])) > 1, "no download saw an overwrite"
+    assert (report.final == 9).all()
     # The replaced versions are gone once nobody reads them.
-    assert eventually(lambda: not any((real_server.root / "tmp").iterdir()), timeout=10), \
-        list((real_server.root / "tmp").iterdir())
+    tmp = service_root / "tmp"
+    assert eventually(lambda: not any(tmp.iterdir()), timeout=10), list(tmp.iterdir())
