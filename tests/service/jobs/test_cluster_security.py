@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
+import ssl
 from pathlib import Path
 
 import dask
@@ -71,22 +73,26 @@ def test_in_process_workers_listen_on_no_port(tmp_path):
         assert health["workers"] == 1 and health["dashboard"] is None
 
 
-def test_the_embedded_scheduler_lets_in_only_the_service(tmp_path):
-    settings = make_settings(tmp_path, cluster_processes=True, memory_limit="1GiB")
-    with started(Cluster(settings)) as cluster:
-        address = cluster._local.scheduler_address
-        nobody_gets_in([int(address.rsplit(":", 1)[1])])
-        assert cluster.live_client().run_on_scheduler(os.getpid) == os.getpid()  # the service itself
-        assert address.startswith("tls://127.0.0.1:"), address
-        workers = list(cluster._local.scheduler_info["workers"])
-        assert workers and all(w.startswith("tls://127.0.0.1:") for w in workers), workers
-
-
-def _listening(pid: int) -> set[int]:
+def _listening(pid: int) -> dict[int, str]:
+    """Port -> the address it is bound to, of every socket ``pid`` listens on."""
     try:
-        return {c.laddr.port for c in psutil.Process(pid).net_connections(kind="inet") if c.status == "LISTEN"}
+        return {c.laddr.port: c.laddr.ip for c in psutil.Process(pid).net_connections(kind="inet")
+                if c.status == "LISTEN"}
     except psutil.NoSuchProcess:
-        return set()
+        return {}
+
+
+def _server_certificate(port: int) -> bytes | None:
+    """The certificate a TLS handshake with ``port`` shows (not checked: whether the port
+    speaks TLS at all), None if the handshake fails."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, context.wrap_socket(raw) as tls:
+            return tls.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError):
+        return None
 
 
 def _answers_http(port: int) -> bool:
@@ -98,21 +104,27 @@ def _answers_http(port: int) -> bool:
 
 def test_a_running_service_names_and_opens_nothing_of_its_cluster(tmp_path):
     """``python -m service`` with its embedded cluster of worker processes: /healthz names no
-    scheduler or data root; no port of the service or its workers runs a stranger's code or
-    shows a dashboard page; the credentials are in no process's command line or environment."""
+    scheduler or data root; the scheduler, nannies and workers listen on 127.0.0.1 only and
+    speak TLS, and no port of theirs runs a stranger's code or shows a dashboard page, while
+    the service itself gets in; the credentials are in no process's command line or
+    environment. (The one start of a cluster of worker processes in this module: the service's.)"""
     server = start_server(tmp_path / "root", tmp_path / "server.log")
     try:
         health = requests.get(f"{server.url}/healthz", timeout=10)
         assert health.status_code == 200
         assert set(health.json()) == {"status", "cluster"}
         assert set(health.json()["cluster"]) <= {"workers", "threads", "memory_limit", "embedded"}
+        assert health.json()["cluster"]["workers"] == 1  # asked of the scheduler now: the service gets in
         for text in (str(server.root), str(Path(server.root).resolve()), "tls://", "tcp://", "inproc://"):
             assert text not in health.text
 
         processes = {server.proc.pid, *descendants(server.proc.pid)}
-        ports = set().union(*(_listening(pid) for pid in processes)) - {int(server.url.rsplit(":", 1)[1])}
+        bound = {port: ip for pid in processes for port, ip in _listening(pid).items()}
+        assert set(bound.values()) == {"127.0.0.1"}, bound
+        ports = set(bound) - {int(server.url.rsplit(":", 1)[1])}
         web = {port for port in ports if _answers_http(port)}  # the scheduler's and workers' HTTP servers
         assert web and ports - web, (ports, web)
+        assert all(_server_certificate(port) for port in ports - web), ports - web  # TLS, every one
         nobody_gets_in(ports - web)
         for port in web:
             for page in ("/info/main/workers.html", "/json/identity.json", "/status", "/metrics"):
