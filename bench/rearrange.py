@@ -72,6 +72,13 @@ def cases(scale: int) -> list[Case]:
             .reshape(n, 257, 2, 257, 2, 64).transpose(2, 4, 0, 1, 3, 5).reshape(4 * n, 257, 257, 64),
         ),
         Case(
+            "space_to_batch bs=2 paddings [[1,1],[1,1]] pad_value NaN (C 64)",
+            (n, 512, 512, 64), (1, 256, 512, 64),
+            lambda x: ops.space_to_batch(x, 2, [[1, 1], [1, 1]], pad_value=np.nan),
+            lambda x: np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=np.nan)
+            .reshape(n, 257, 2, 257, 2, 64).transpose(2, 4, 0, 1, 3, 5).reshape(4 * n, 257, 257, 64),
+        ),
+        Case(
             "space_to_batch_nd block [2,2,2] (5-D, C 32)",
             (n // 4 or 1, 128, 128, 128, 32), (1, 64, 128, 128, 32),
             lambda x: ops.space_to_batch_nd(x, [2, 2, 2], [[0, 0]] * 3),
@@ -88,7 +95,7 @@ def cases(scale: int) -> list[Case]:
     ]
 
 
-def run(scale: int, repeat: int) -> None:
+def run(scale: int, repeat: int, only: str | None = None) -> None:
     rng = np.random.default_rng(0)
     pool = ThreadPoolExecutor(CORES)
     print(machine())
@@ -101,6 +108,8 @@ def run(scale: int, repeat: int) -> None:
     print("|---" * (header.count("|") - 1) + "|")
     with dask.config.set(scheduler="threads", num_workers=CORES):
         for case in cases(scale):
+            if only and only not in case.name:
+                continue
             x = rng.standard_normal(case.shape, dtype=np.float32)
             lazy_input = da.from_array(x, chunks=case.chunks)
             y = case.op(x)  # warms the JIT too
@@ -130,8 +139,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="64 MiB inputs, 2 repeats (a smoke run)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", metavar="TEXT", help="only the operators whose name contains TEXT")
     args = parser.parse_args()
-    run(scale=8 if args.quick else 1, repeat=2 if args.quick else args.repeat)
+    run(scale=8 if args.quick else 1, repeat=2 if args.quick else args.repeat, only=args.only)
 
 
 if __name__ == "__main__":

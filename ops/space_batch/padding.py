@@ -71,35 +71,46 @@ def is_zero(fill: np.ndarray) -> bool:
     return not fill.tobytes().strip(b"\0")
 
 
-def _padding_mask(starts, stops, batch: int, block_shape, paddings, sizes) -> np.ndarray:
-    """True where the output cells ``[starts, stops)`` of the batch and spatial axes came from
-    the input, False in the padding; shaped to broadcast over those axes."""
-    n = np.arange(starts[0], stops[0]) // batch  # the block-offset number of each batch entry
+def _padding_slices(starts, stops, batch: int, block_shape, paddings, sizes):
+    """The padding cells of the output cells ``[starts, stops)`` of the batch and spatial axes,
+    as index tuples relative to ``starts``: for each run of batch entries that share their block
+    offsets, and each spatial axis, the (at most two) runs of positions whose source lies before
+    or after the input along that axis. Their union is every padding cell; they cost as many
+    assignments as runs, not as cells."""
     m = len(block_shape)
-    keep = np.ones((len(n),) + (1,) * m, dtype=bool)
-    stride = math.prod(block_shape)
-    for i, (b, (before, _), size) in enumerate(zip(block_shape, paddings, sizes)):
-        stride //= b
-        offset = (n // stride) % b
-        source = np.arange(starts[1 + i], stops[1 + i]) * b - before + offset[:, None]
-        inside = (source >= 0) & (source < size)
-        keep = keep & inside.reshape((len(n),) + tuple(inside.shape[1] if k == i else 1 for k in range(m)))
-    return keep
+    n0, n1 = starts[0], stops[0]
+    for group in range(n0 // batch, (n1 - 1) // batch + 1):
+        rows = slice(max(n0, group * batch) - n0, min(n1, (group + 1) * batch) - n0)
+        stride = math.prod(block_shape)
+        for i, (b, (before, _), size) in enumerate(zip(block_shape, paddings, sizes)):
+            stride //= b
+            offset = (group // stride) % b
+            # position h reads input h*b + offset - before: inside for first <= h < end
+            first = -(-(before - offset) // b)
+            end = -(-(size + before - offset) // b)
+            lo, hi = starts[1 + i], stops[1 + i]
+            for run in ((lo, min(hi, first)), (max(lo, end), hi)):
+                if run[0] < run[1]:
+                    yield (rows, *(slice(None),) * i, slice(run[0] - lo, run[1] - lo))
 
 
 def _fill_block(block: np.ndarray, fill, batch, block_shape, paddings, sizes, starts=None,
                 block_id=None) -> np.ndarray:
-    """``block`` with its padding cells set to ``fill`` (a new array; ``block`` is unchanged)."""
+    """``block`` with its padding cells set to ``fill``: in place when it is writeable (a block
+    the kernel or the graph made for this result), else in a copy (Dask's zeros are read-only
+    views)."""
     m = len(block_shape)
     lead = tuple(0 for _ in range(m + 1)) if starts is None else tuple(
         starts[axis][block_id[axis]] for axis in range(m + 1))
     stops = tuple(lo + n for lo, n in zip(lead, block.shape))
-    keep = _padding_mask(lead, stops, batch, block_shape, paddings, sizes)
-    if keep.all():
+    runs = list(_padding_slices(lead, stops, batch, block_shape, paddings, sizes))
+    if not runs:
         return block
-    out = block.copy()
-    np.copyto(out, fill, where=~keep.reshape(keep.shape + (1,) * (block.ndim - m - 1)))
-    return out
+    if not block.flags.writeable:
+        block = block.copy()
+    for index in runs:
+        block[index] = fill
+    return block
 
 
 def with_pad_value(y, fill: np.ndarray, in_shape, block_shape, paddings):

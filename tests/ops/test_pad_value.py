@@ -9,7 +9,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ops
@@ -57,6 +57,7 @@ def padded_cases(draw):
     return x, block, pads, value, fill, draw(chunkings(shape))
 
 
+@settings(max_examples=40, deadline=None)  # every dtype within a few seconds
 @given(padded_cases())
 def test_padded_cells_hold_pad_value_numpy_and_dask(case):
     x, block, pads, value, fill, chunks = case
