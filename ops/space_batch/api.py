@@ -110,7 +110,7 @@ def space_to_batch_nd(x, block_shape, paddings, pad_value=0):
     numpy.ndarray or dask.array.Array
         ``[B*prod(block_shape), (s_i + before_i + after_i) / block_shape[i]..., rest...]``,
         same dtype. Dask in: lazy; the padding costs no input reads (a ``pad_value`` other
-        than zero, one more pass over the output's blocks).
+        than zero, one more task per output block, which writes the padding cells only).
 
     Raises
     ------

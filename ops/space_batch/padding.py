@@ -5,7 +5,9 @@ blocks that read nothing). Any other ``pad_value`` is written afterwards, block 
 exactly the cells that lie in the padding: an output cell ``[n, h_1, ..., h_M, ...]`` came
 from input position ``h_i * b_i + j_i - before_i`` of spatial dim ``i``, where ``j_i`` is its
 block offset, read from the batch index; it is padding when that position falls outside the
-dim. So a zero pad costs nothing extra, and any other pad one pass over the output.
+dim. Those cells form a few runs per block (the first and last positions along each axis, for
+each run of batch entries with the same offsets), so a zero pad costs nothing extra and any
+other pad a write of the padding cells alone.
 """
 
 from __future__ import annotations
@@ -77,7 +79,6 @@ def _padding_slices(starts, stops, batch: int, block_shape, paddings, sizes):
     offsets, and each spatial axis, the (at most two) runs of positions whose source lies before
     or after the input along that axis. Their union is every padding cell; they cost as many
     assignments as runs, not as cells."""
-    m = len(block_shape)
     n0, n1 = starts[0], stops[0]
     for group in range(n0 // batch, (n1 - 1) // batch + 1):
         rows = slice(max(n0, group * batch) - n0, min(n1, (group + 1) * batch) - n0)
