@@ -191,7 +191,8 @@ _EXECUTE_RESPONSES = {
                           {"$ref": "#/components/schemas/ResultLink"}]}}},
           "headers": {"X-Array-Dtype": {"description": "bfloat16 or complex32 when the NPY holds those types' "
                                                        "raw bits", "schema": {"type": "string"}},
-                      "Link": {"description": "the stored result (transmission reference)",
+                      "Link": {"description": "the job this execution created (rel monitor), and the stored "
+                                              "result (rel related, transmission reference)",
                                "schema": {"type": "string"}}}},
     201: {"model": StatusInfo, "description": "Job created (Prefer: respond-async)",
           "headers": {"Location": {"description": "the job's URL", "schema": {"type": "string"}},
@@ -251,14 +252,17 @@ async def execute(process_id: ProcessID, request: Request, svc: Services = Depen
         return JSONResponse(status_info(job, base), status_code=201,
                             headers={"Location": f"{base}/jobs/{job_id}", "Preference-Applied": "respond-async"})
     value = await _run_sync(request, svc, plan)
+    # /req/core/job-results-success-sync: the job this execution created, as rel=monitor
+    monitor = f'<{base}/jobs/{job_id}>; rel="monitor"'
     if value is None:  # stored: a link
         link = {"href": f"/arrays/{plan.result_name}", "type": NPY_MEDIA_TYPE}
         body = {"result": link} if plan.response == "document" else link
-        return JSONResponse(body, headers={"Link": f'</arrays/{plan.result_name}>; rel="related"'})
+        return JSONResponse(body, headers={"Link": f'</arrays/{plan.result_name}>; rel="related", {monitor}'})
+    headers = {**dtype_header(value.dtype), "Link": monitor}
     if plan.response == "document":
-        return JSONResponse(result_document(value), headers=dtype_header(value.dtype))
+        return JSONResponse(result_document(value), headers=headers)
     content = await run_in_threadpool(npy_bytes, value)
-    return Response(content, media_type=NPY_MEDIA_TYPE, headers=dtype_header(value.dtype))
+    return Response(content, media_type=NPY_MEDIA_TYPE, headers=headers)
 
 
 # How often a synchronous execution looks whether its client is still there (seconds).

@@ -1,0 +1,52 @@
+"""The jobs of OGC API - Processes 1.0 against the standard's own texts (the requirements and
+schemas vendored in tests/ogc_schemas, see its README): the job a synchronous execution
+creates (/req/core/job-results-success-sync), the exception bodies of the jobs routes
+(/req/core/job-results-exception/...), and the job list class (/req/job-list/...)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tests.service.api.calls import OGC_EXC, execute, ints, store
+from tests.service.api.test_ogc_documents import ogc_errors
+
+
+def _links(header: str) -> dict[str, str]:
+    """An RFC 8288 ``Link`` header as {rel: target} (a rel named twice: the last one)."""
+    links = {}
+    for target, params in re.findall(r"<([^>]*)>\s*((?:;[^,<]*)*)", header):
+        for rel in re.findall(r';\s*rel="?([^";]+)"?', params):
+            for name in rel.split():
+                links[name] = target
+    return links
+
+
+# ---------------------------------------------------------------------------------------------
+# /req/core/job-results-success-sync
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("mode,response", [("value", "raw"), ("value", "document"), ("reference", "raw")])
+def test_a_synchronous_execution_links_to_its_job_as_monitor(client, mode, response):
+    answer = execute(client, "space_to_depth", {"x": store(client, ints((1, 4, 4, 1))), "block_size": 2},
+                     mode=mode, response=response)
+    assert answer.status_code == 200, answer.text
+    monitor = _links(answer.headers.get("link", "")).get("monitor")
+    assert monitor is not None, dict(answer.headers)
+    assert monitor.startswith("http://testserver/jobs/"), monitor  # absolute, as the service's other links
+    job_id = monitor.rsplit("/", 1)[1]
+    assert job_id in [job["jobID"] for job in client.get("/jobs?limit=10000").json()["jobs"]]
+    status = client.get(monitor)
+    assert status.status_code == 200
+    assert status.headers["content-type"].split(";")[0] == "application/json"
+    assert ogc_errors(status.json(), "statusInfo.yaml") == []
+    assert status.json()["jobID"] == job_id and status.json()["status"] == "successful"
+
+
+def test_the_link_header_parser_reads_several_links():
+    header = '</arrays/a>; rel="related", <http://h/jobs/1>; rel=monitor'
+    assert _links(header) == {"related": "/arrays/a", "monitor": "http://h/jobs/1"}
+    assert ogc_errors({"jobID": "1", "status": "done", "type": "process"}, "statusInfo.yaml")  # can fail
