@@ -14,7 +14,7 @@ from ops import registry
 from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results, StatusInfo
 from service.api.routers import JobID, dtype_header, npy_bytes, problems
 from service.api.state import Services, base_url, require_token, server_paths, services
-from service.errors import INVALID_PARAMETER, NO_SUCH_ARRAY, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError, redact
+from service.errors import INVALID_PARAMETER, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError, redact
 from service.storage.protocol import ArrayStorage
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(require_token)])
@@ -89,8 +89,8 @@ _FAILED = "the job failed with this error"
           "headers": {"X-Array-Dtype": {"description": "bfloat16 or complex32 when the inline NPY holds those "
                                                        "types' raw bits", "schema": {"type": "string"}}}},
     **problems(400, 401, 404, 409, 413, 500, 503, 507, _400=_FAILED + " (bad inputs)",
-               _404="No such job; result-not-ready while it is not successful; no-such-array when its result "
-                    "was not stored (a synchronous execution's) or was deleted",
+               _404="No such job; result-not-ready while it is not successful, and when its result was not "
+                    "stored (a synchronous execution's) or was deleted",
                _409=_FAILED + " (its result name was taken)",
                _413=_FAILED + " (too large), or its stored result is over the inline limit",
                _500=_FAILED + " (the service itself failed, or was stopped while the job ran)",
@@ -110,7 +110,9 @@ async def get_results(job_id: JobID, svc: Services = Depends(services)):
     if job["transmission"] == "reference":
         return {"result": {"href": f"/arrays/{name}", "type": NPY_MEDIA_TYPE}}
     if not await run_in_threadpool(svc.store.exists, name):
-        raise ServiceError(404, NO_SUCH_ARRAY, f"job {job_id} has no stored result {name!r}: a synchronous "
+        # OGC API - Processes 1.0 has no exception type for results that are gone; of its own
+        # types (a client may only know those) result-not-ready is the one that says "none here"
+        raise ServiceError(404, RESULT_NOT_READY, f"job {job_id} has no stored result {name!r}: a synchronous "
                            "execution answers with its result and stores none (ask for transmissionMode "
                            "\"reference\" to keep it), and a stored result may have been deleted")
     value = await run_in_threadpool(svc.store.read_small, name, svc.settings.max_inline_bytes)

@@ -50,3 +50,34 @@ def test_the_link_header_parser_reads_several_links():
     header = '</arrays/a>; rel="related", <http://h/jobs/1>; rel=monitor'
     assert _links(header) == {"related": "/arrays/a", "monitor": "http://h/jobs/1"}
     assert ogc_errors({"jobID": "1", "status": "done", "type": "process"}, "statusInfo.yaml")  # can fail
+
+
+# ---------------------------------------------------------------------------------------------
+# the exception bodies of the jobs routes: OGC's exception.yaml, and OGC's own types
+
+
+OGC_TYPES = {OGC_EXC + "no-such-job", OGC_EXC + "result-not-ready"}
+
+
+def _ogc_exception(response, status: int) -> str:
+    """The type of an OGC exception body, checked against exception.yaml (its status is ``status``)."""
+    assert response.status_code == status, response.text
+    assert ogc_errors(response.json(), "exception.yaml") == []
+    assert response.json()["status"] == status
+    return response.json()["type"]
+
+
+def test_the_results_of_a_synchronous_job_that_stored_none_are_an_ogc_exception(client):
+    answer = execute(client, "space_to_depth", {"x": store(client, ints((1, 4, 4, 1))), "block_size": 2})
+    assert answer.status_code == 200, answer.text
+    job = _links(answer.headers["link"])["monitor"]
+    assert client.get(job).json()["status"] == "successful"
+    assert _ogc_exception(client.get(f"{job}/results"), 404) in OGC_TYPES
+
+
+def test_an_unknown_job_is_no_such_job_on_every_route(client):
+    # /req/core/job-exception-no-such-job, /req/core/job-results-exception/no-such-job
+    for response in (client.get("/jobs/" + "0" * 32), client.get(f"/jobs/{'0' * 32}/results"),
+                     client.delete("/jobs/" + "0" * 32)):
+        assert _ogc_exception(response, 404) == OGC_EXC + "no-such-job"
+    assert ogc_errors({"title": "no type"}, "exception.yaml")  # the check can fail
