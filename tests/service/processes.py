@@ -162,15 +162,18 @@ class Server:
             return "<no log>"
 
 
-def start_server(root: Path, log: Path, attempts: int = 3) -> Server:
-    """Start the service on a free port of 127.0.0.1 and wait (bounded) for ``/healthz`` 200.
+def start_server(root: Path, log: Path, attempts: int = 3, *, processes: bool = True) -> Server:
+    """Start the service on a free port of 127.0.0.1 and wait (bounded) for ``/healthz`` 200;
+    its embedded cluster has one worker process, or with ``processes=False`` its worker is
+    threads of the service's own process (a start seconds quicker, where the worker is not
+    what a test is about).
 
     The port is free when chosen, but the service's embedded Dask cluster binds ports of its
     own before uvicorn binds this one, and may take it: uvicorn then exits with 3 ("address
     already in use"), and the service is started again on another port."""
     for attempt in range(attempts):
         try:
-            return _start_server_once(root, log)
+            return _start_server_once(root, log, processes)
         except _PortTaken:
             if attempt == attempts - 1:
                 raise
@@ -180,9 +183,11 @@ class _PortTaken(Exception):
     pass
 
 
-def _start_server_once(root: Path, log: Path) -> Server:
+def _start_server_once(root: Path, log: Path, processes: bool) -> Server:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHUNKED_TENSOR_OPS_")}
+    if not processes:
+        env["CHUNKED_TENSOR_OPS_CLUSTER_PROCESSES"] = "false"
     env["DASK_TEMPORARY_DIRECTORY"] = str(root.parent)
     env.setdefault("PYTHONUNBUFFERED", "1")
     out = open(log, "ab")
