@@ -62,7 +62,7 @@ def rendered(url: str, profile) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("docs-root")
-    running = start_server(root / "data", root / "service.log")
+    running = start_server(root / "data", root / "service.log", processes=False)  # pages, no tasks
     try:
         yield running
     finally:

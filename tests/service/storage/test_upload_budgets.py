@@ -386,7 +386,7 @@ def test_the_bomb_costs_a_real_service_little(tmp_path):
     service's RSS stays within 256 MiB of what it was (it used to grow by the bomb's size)."""
     entries = zeros_entries(tmp_path, 3 * MiB, MiB)
     bomb = zip_of({**entries, "v/c/0": Zstd(level=1).encode(np.zeros(BOMB_BYTES, np.uint8))})
-    server = start_server(tmp_path / "data", tmp_path / "server.log")
+    server = start_server(tmp_path / "data", tmp_path / "server.log", processes=False)  # no task runs
     try:
         warm = requests.put(f"{server.url}/arrays/warm", data=zip_of(entries), headers=ZIP, timeout=60)
         assert warm.status_code == 201, warm.text  # imports in place before the baseline
