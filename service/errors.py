@@ -1,5 +1,5 @@
-"""OGC API exceptions: every error the service answers is a JSON problem-details body
-``{"type", "title", "status", "detail"}`` with ``Content-Type: application/json``."""
+"""OGC API exceptions: every error the service answers is an RFC 7807 problem-details body
+``{"type", "title", "status", "detail"}`` with ``Content-Type: application/problem+json``."""
 
 from __future__ import annotations
 
@@ -110,9 +110,14 @@ def redact(detail: str, paths) -> str:
     return detail
 
 
+#: RFC 7807's media type of a problem-details body (OGC's exception.yaml is "based on RFC 7807").
+PROBLEM_JSON = "application/problem+json"
+
+
 def exception_response(status: int, type_: str, detail: str, headers: dict | None = None) -> JSONResponse:
+    """The OGC exception body of an error, as ``application/problem+json``."""
     body = {"type": type_, "title": _TITLES.get(status, "Error"), "status": status, "detail": detail}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
 def _validation_detail(error: RequestValidationError) -> str:
@@ -140,10 +145,15 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
     return allowed
 
 
+_EXCEPTION_REF = "#/components/schemas/Exception_"
+
+
 def _describe_400_not_422(app: FastAPI) -> None:
     """FastAPI documents a 422 ``HTTPValidationError`` on every operation with parameters or a
     body; this service answers those as 400 OGC exceptions (``_validation`` below), so the
-    document says 400 with the exception schema and has no 422."""
+    document says 400 with the exception schema and has no 422. Every exception body is
+    documented as ``application/problem+json``, as it is served (FastAPI puts a response's
+    ``model`` under ``application/json``)."""
     generate = app.openapi
 
     def openapi() -> dict:
@@ -152,8 +162,12 @@ def _describe_400_not_422(app: FastAPI) -> None:
             for operation in operations.values():
                 responses = operation.get("responses", {})
                 if responses.pop("422", None) is not None and "400" not in responses:
-                    responses["400"] = {"description": "Bad parameters", "content": {"application/json": {
-                        "schema": {"$ref": "#/components/schemas/Exception_"}}}}
+                    responses["400"] = {"description": "Bad parameters", "content": {PROBLEM_JSON: {
+                        "schema": {"$ref": _EXCEPTION_REF}}}}
+                for response in responses.values():
+                    content = response.get("content", {})
+                    if content.get("application/json", {}).get("schema") == {"$ref": _EXCEPTION_REF}:
+                        content[PROBLEM_JSON] = content.pop("application/json")
         schemas = document.get("components", {}).get("schemas", {})
         for unused in ("HTTPValidationError", "ValidationError"):
             schemas.pop(unused, None)

@@ -12,7 +12,14 @@ from starlette.datastructures import MutableHeaders
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import HOST_NOT_ALLOWED, REQUEST_TIMEOUT, ServiceError, exception_response, redact
+from service.errors import (
+    HOST_NOT_ALLOWED,
+    PROBLEM_JSON,
+    REQUEST_TIMEOUT,
+    ServiceError,
+    exception_response,
+    redact,
+)
 from service.settings import Settings
 
 #: Bind addresses that listen on every interface: the names clients use cannot be known.
@@ -172,8 +179,9 @@ class BodyReadTimeout(_HttpOnly):
 
 
 class ErrorBodyGuard(_HttpOnly):
-    """Error bodies (status 400 and above, JSON) leave with the server's own directories (the
-    data root, its state and scratch directories) out of their ``detail`` and no traceback:
+    """Error bodies (status 400 and above, JSON or problem+json) leave with the server's own
+    directories (the data root, its state and scratch directories) out of their ``detail`` and
+    no traceback:
     a message from a library (zarr names its store by path) tells a client nothing it may
     use, and the map of the server's disk is none of its business. ``paths`` is asked per
     response: the store opens after the app is made."""
@@ -190,7 +198,7 @@ class ErrorBodyGuard(_HttpOnly):
         async def guarded_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 media = MutableHeaders(raw=message["headers"]).get("content-type", "")
-                if message["status"] >= 400 and media.startswith("application/json"):
+                if message["status"] >= 400 and media.startswith(("application/json", PROBLEM_JSON)):
                     held.append(message)
                     return
             elif held and message["type"] == "http.response.body":

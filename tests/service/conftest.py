@@ -56,9 +56,9 @@ def load_npy(content: bytes) -> np.ndarray:
 
 
 def assert_problem(response, status: int, type_: str | None = None, detail: str | None = None) -> dict:
-    """An OGC exception body: JSON with type/title/status/detail, status as the HTTP status."""
+    """An OGC exception body: problem+json with type/title/status/detail, status as the HTTP status."""
     assert response.status_code == status, (response.status_code, response.text[:2000])
-    assert response.headers["content-type"].split(";")[0] == "application/json"
+    assert response.headers["content-type"].split(";")[0] == "application/problem+json"
     body = response.json()
     assert set(body) >= {"type", "title", "status", "detail"}, body
     assert body["status"] == status

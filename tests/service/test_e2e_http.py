@@ -354,7 +354,7 @@ def test_requests_session(url):
     assert put.json()["shape"] == [4, 8, 8, 16] and put.json()["dtype"] == "float32"
     again = requests.put(f"{url}/arrays/session_x", data=npy_bytes(x), headers={"Content-Type": NPY},
                          timeout=HTTP_TIMEOUT)
-    assert again.status_code == 409 and again.headers["Content-Type"].startswith("application/json")
+    assert again.status_code == 409 and again.headers["Content-Type"].startswith("application/problem+json")
     expected = ops.depth_to_space(x, 2)
 
     # Sync, raw: the NPY bytes come back.
@@ -409,7 +409,7 @@ def test_bad_parameter_is_400_with_ops_message(url):
     answer = requests.post(f"{url}/processes/depth_to_space/execution", timeout=HTTP_TIMEOUT,
                            json={"inputs": {"x": inline(x), "block_size": 1}})
     assert answer.status_code == 400, answer.text
-    assert answer.headers["Content-Type"].startswith("application/json")
+    assert answer.headers["Content-Type"].startswith("application/problem+json")
     with pytest.raises(ops.InvalidArgument) as raised:
         ops.depth_to_space(x, 1)
     assert answer.json()["detail"] == str(raised.value)

@@ -440,7 +440,7 @@ def assert_cluster_unavailable(api, tmp_path: Path, name: str) -> None:
     with bounded(15):
         response = api.post("/processes/depth_to_space/execution", json=execute_body(inputs, f"{name}-sync"))
     assert response.status_code == 503, response.text
-    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["content-type"].startswith("application/problem+json")
     problem = response.json()
     assert problem["type"] == CLUSTER_UNAVAILABLE
     assert problem["status"] == 503 and problem["detail"]
@@ -580,7 +580,7 @@ def test_disk_full_mid_job_and_mid_upload(healthy, small_disk):
         big = rng.integers(0, 256, size=4 * 2**20, dtype=np.uint8)
         response = api.put("/arrays/full-upload", content=npy_bytes(big), headers={"Content-Type": NPY})
         assert response.status_code == 507, response.text
-        assert response.headers["content-type"].startswith("application/json")
+        assert response.headers["content-type"].startswith("application/problem+json")
         problem = response.json()
         assert problem["type"] == INSUFFICIENT_STORAGE and problem["status"] == 507
         assert os.strerror(errno.ENOSPC) in problem["detail"]

@@ -129,7 +129,7 @@ def test_the_answers_fuzzing_rarely_reaches_conform(client, live):
 
 def _problem(response, status: int) -> dict:
     assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/json"
+    assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
     assert body["status"] == status and body["type"] and body["detail"]
     return body

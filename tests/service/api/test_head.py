@@ -58,7 +58,7 @@ def test_head_of_a_missing_resource_is_the_gets_404(client):
                  "/no/such/route"):
         get, head = client.get(path), client.head(path)
         assert get.status_code == 404 and head.status_code == 404, path
-        assert head.content == b"" and head.headers["content-type"] == "application/json", path
+        assert head.content == b"" and head.headers["content-type"] == "application/problem+json", path
 
 
 def test_head_of_a_streamed_array_ends_at_its_headers(client):

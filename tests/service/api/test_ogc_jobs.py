@@ -1,15 +1,20 @@
 """The jobs of OGC API - Processes 1.0 against the standard's own texts (the requirements and
 schemas vendored in tests/ogc_schemas, see its README): the job a synchronous execution
 creates (/req/core/job-results-success-sync), the exception bodies of the jobs routes
-(/req/core/job-results-exception/...), and the job list class (/req/job-list/...)."""
+(/req/core/job-results-exception/...) and of every error, served as RFC 7807's
+``application/problem+json`` (exception.yaml is "based on RFC 7807"), and the job list class
+(/req/job-list/...)."""
 
 from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
+from starlette.responses import PlainTextResponse
+from starlette.testclient import TestClient
 
+from service.api.app import create_app
+from service.api.edge import HostGuard
 from tests.service.api.calls import OGC_EXC, execute, ints, store
 from tests.service.api.test_ogc_documents import ogc_errors
 
@@ -81,3 +86,48 @@ def test_an_unknown_job_is_no_such_job_on_every_route(client):
                      client.delete("/jobs/" + "0" * 32)):
         assert _ogc_exception(response, 404) == OGC_EXC + "no-such-job"
     assert ogc_errors({"title": "no type"}, "exception.yaml")  # the check can fail
+
+
+# ---------------------------------------------------------------------------------------------
+# RFC 7807: problem details are application/problem+json
+
+PROBLEM = "application/problem+json"
+
+
+def test_every_kind_of_error_is_served_as_problem_json(client):
+    answers = {
+        "a service error (no such job)": client.get("/jobs/" + "0" * 32),
+        "a request validation error": client.get("/jobs?limit=0"),
+        "a route that does not exist": client.get("/no/such/route"),
+        "a method not allowed": client.put("/jobs"),
+        "an execute request that is not JSON": client.post("/processes/depth_to_space/execution", content=b"x",
+                                                           headers={"Content-Type": "text/plain"}),
+        "an operator's refusal": execute(client, "depth_to_space", {"x": store(client, ints((1, 2, 2, 4))),
+                                                                    "block_size": 3}),
+    }
+    for what, response in answers.items():
+        assert response.status_code >= 400, what
+        assert response.headers["content-type"].split(";")[0] == PROBLEM, (what, response.headers)
+        assert ogc_errors(response.json(), "exception.yaml") == [], what
+
+
+def test_the_host_guard_refuses_with_problem_json():
+    guarded = HostGuard(PlainTextResponse("never"), frozenset({"127.0.0.1"}))
+    response = TestClient(guarded, base_url="http://elsewhere.example").get("/")
+    assert response.status_code == 400
+    assert response.headers["content-type"].split(";")[0] == PROBLEM
+    assert ogc_errors(response.json(), "exception.yaml") == []
+
+
+def test_the_document_says_problem_json_for_every_exception_body():
+    document = create_app().openapi()
+    exception = {"$ref": "#/components/schemas/Exception_"}
+    documented = 0
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for code, response in operation["responses"].items():
+                for media, content in response.get("content", {}).items():
+                    if content.get("schema") == exception:
+                        assert media == PROBLEM, (path, method, code)
+                        documented += 1
+    assert documented > 20

@@ -206,7 +206,7 @@ def test_failing_job_reports_the_index_error(api, gather_params, dask_cluster, d
     assert not any(link["rel"].endswith("/results") for link in final["links"])
     results = api.get(f"/jobs/{job_id}/results")
     assert results.status_code == 400, results.text
-    assert results.headers["content-type"].startswith("application/json")
+    assert results.headers["content-type"].startswith("application/problem+json")
     body = results.json()
     assert {"type", "title", "status", "detail"} <= set(body)
     assert body["type"] == INVALID_PARAMETER
