@@ -178,16 +178,37 @@ class JobRecords:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._row(row) if row else None
 
-    def list(self, process_id: str | None = None, status: list[str] | None = None, limit: int = 1000) -> list[dict]:
+    def list(self, process_id: str | list[str] | None = None, status: list[str] | None = None, limit: int = 1000,
+             *, offset: int = 0, created_from: str | None = None, created_to: str | None = None,
+             min_duration: float | None = None, max_duration: float | None = None) -> list[dict]:
+        """Jobs newest first, ``offset`` on, at most ``limit``: of these processes (one id or a
+        list) and states; created within ``created_from`` .. ``created_to`` (inclusive, in the
+        records' own form, ``now()``'s); whose duration in seconds is within ``min_duration`` ..
+        ``max_duration`` (finished - started, or now - started while running: a job with no
+        such duration, accepted or dismissed before it started, is left out)."""
         query, args = "SELECT * FROM jobs WHERE 1", []
-        if process_id:
-            query += " AND process_id = ?"
-            args.append(process_id)
+        processes = [process_id] if isinstance(process_id, str) else list(process_id or [])
+        if processes:
+            query += f" AND process_id IN ({', '.join('?' * len(processes))})"
+            args.extend(processes)
         if status:
             query += f" AND status IN ({', '.join('?' * len(status))})"
             args.extend(status)
-        query += " ORDER BY created DESC, id LIMIT ?"
-        args.append(limit)
+        if created_from is not None:
+            query += " AND created >= ?"
+            args.append(created_from)
+        if created_to is not None:
+            query += " AND created <= ?"
+            args.append(created_to)
+        if min_duration is not None or max_duration is not None:
+            duration = "(julianday(COALESCE(finished, ?)) - julianday(started)) * 86400.0"
+            query += " AND started IS NOT NULL AND (finished IS NOT NULL OR status = 'running')"
+            for bound, op in ((min_duration, ">="), (max_duration, "<=")):
+                if bound is not None:
+                    query += f" AND {duration} {op} ?"
+                    args.extend([now(), bound])
+        query += " ORDER BY created DESC, id LIMIT ? OFFSET ?"
+        args.extend([limit, offset])
         with self._connect() as db:
             return [self._row(r) for r in db.execute(query, args).fetchall()]
 

@@ -185,10 +185,15 @@ def test_chunks_past_the_axis_are_the_whole_axis(client):
     assert response.json()["chunks"] == [3]
 
 
-@pytest.mark.parametrize(("query", "needle"), [("processID=true", "processID"), ("status=done", "status"),
+@pytest.mark.parametrize(("query", "needle"), [("status=done", "status"), ("datetime=true", "datetime"),
                                                ("limit=0", "limit"), ("limit=x", "limit")])
 def test_bad_job_filters_are_a_400(client, query, needle):
     assert needle in _problem(client.get(f"/jobs?{query}"), 400)["detail"]
+
+
+def test_a_process_id_of_no_process_lists_no_jobs(client):
+    # /req/job-list/processid-response: processID is any string (the requirement's schema)
+    assert client.get("/jobs?processID=true").json()["jobs"] == []
 
 
 def test_an_unknown_process_is_still_a_404(client):

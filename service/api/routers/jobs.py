@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import base64
-from typing import Literal
+from typing import get_args
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ops import registry
 from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results, StatusInfo
-from service.api.routers import JobID, dtype_header, npy_bytes, problems
+from service.api.routers import JobID, dtype_header, jobfilters, npy_bytes, problems
 from service.api.state import Services, base_url, require_token, server_paths, services
 from service.errors import INVALID_PARAMETER, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError, redact
 from service.storage.protocol import ArrayStorage
@@ -55,25 +54,74 @@ def _job(svc: Services, job_id: str) -> dict:
     return job
 
 
-ProcessName = Literal[tuple(registry.OPERATORS)]
+# The parameters of GET /jobs as OGC API - Processes 1.0's job-list class words them
+# (/req/job-list/type-, processID-, status-, datetime-, duration- and limit-definition: each
+# "schema" is the requirement's own fragment; status names the states of statusCode.yaml), and
+# the offset that the next and prev links set. FastAPI cannot say style and explode: the route
+# reads them itself and they are documented here.
+def _parameter(name: str, description: str, schema: dict, **extra) -> dict:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema, **extra}
 
 
-@router.get("/jobs", response_model=JobList, response_model_exclude_none=True, responses=problems(400, 401))
-def list_jobs(request: Request,
-              processID: list[ProcessName] = Query([], description="only jobs of these processes (repeatable)"),
-              status: list[JobStatus] = Query([], description="only jobs in these states (repeatable)"),
-              limit: int = Query(100, ge=1, le=10000), svc: Services = Depends(services)) -> dict:
-    """Every job, newest first; filter by ``processID``, ``status`` and ``limit``."""
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_INTEGERS = {"type": "array", "items": {"type": "integer"}}
+JOB_LIST_PARAMETERS = [
+    _parameter("type", "only jobs of these types (repeatable); every job here is a process job, type=process",
+               _STRINGS),
+    _parameter("processID", "only jobs of these processes (repeatable)", _STRINGS),
+    _parameter("status", "only jobs in these states (repeatable)",
+               {"type": "array", "items": {"type": "string", "enum": list(get_args(JobStatus))}}),
+    _parameter("datetime", "only jobs created at this RFC 3339 instant or within this interval "
+               "(START/END, an open end as .. or empty)",
+               {"type": "string", "pattern": jobfilters.DATETIME_PATTERN}),
+    _parameter("minDuration", "only jobs that ran at least this many seconds", _INTEGERS),
+    _parameter("maxDuration", "only jobs that ran at most this many seconds", _INTEGERS,
+               style="form", explode=False),
+    _parameter("limit", "at most this many jobs (a next link leads on)",
+               {"type": "integer", "minimum": 1, "maximum": 10000, "default": 10}, style="form", explode=False),
+    _parameter("offset", "skip this many jobs first (as a next link does)",
+               {"type": "integer", "minimum": 0, "default": 0}, style="form", explode=False),
+]
+_LIMIT = JOB_LIST_PARAMETERS[6]["schema"]
+
+
+def _hidden(default=None, **constraints):
+    return Query(default, include_in_schema=False, **constraints)
+
+
+@router.get("/jobs", operation_id="getJobs", response_model=JobList, response_model_exclude_none=True,
+            responses=problems(400, 401), openapi_extra={"parameters": JOB_LIST_PARAMETERS})
+def list_jobs(request: Request, type: list[str] = _hidden([]), processID: list[str] = _hidden([]),
+              status: list[JobStatus] = _hidden([]), datetime: str | None = _hidden(),
+              minDuration: list[str] = _hidden([]), maxDuration: list[str] = _hidden([]),
+              limit: int = _hidden(_LIMIT["default"], ge=_LIMIT["minimum"], le=_LIMIT["maximum"]),
+              offset: int = _hidden(0, ge=0), svc: Services = Depends(services)) -> dict:
+    """The jobs, newest first, filtered by ``type``, ``processID``, ``status``, ``datetime``
+    (on ``created``), ``minDuration`` and ``maxDuration``: ``limit`` of them from ``offset``
+    on, with a ``next`` link while more remain (and ``prev`` after the first page)."""
     base = base_url(request)
-    jobs = []
-    for process in dict.fromkeys(processID) or [None]:  # a process named twice lists its jobs once
-        jobs += svc.records.list(process_id=process, status=status, limit=limit)
-    jobs.sort(key=lambda j: j["created"], reverse=True)
-    return {"jobs": [status_info(j, base, svc.store) for j in jobs[:limit]],
-            "links": [{"href": f"{base}/jobs", "rel": "self", "type": "application/json"}]}
+    created_from, created_to = jobfilters.created_range(datetime) if datetime else (None, None)
+    shortest = jobfilters.seconds("minDuration", minDuration, max)
+    longest = jobfilters.seconds("maxDuration", maxDuration, min)
+    offset = min(offset, jobfilters.LARGEST_OFFSET)
+    jobs = [] if type and "process" not in type else svc.records.list(
+        process_id=processID, status=status, limit=limit + 1, offset=offset, created_from=created_from,
+        created_to=created_to, min_duration=shortest, max_duration=longest)
+
+    def link(rel: str, start: int, title: str) -> dict:
+        href = str(request.url.include_query_params(limit=limit, offset=start))
+        return {"href": href, "rel": rel, "type": "application/json", "title": title}
+
+    links = [{"href": str(request.url) if request.url.query else f"{base}/jobs", "rel": "self",
+              "type": "application/json", "title": "this document"}]
+    if len(jobs) > limit:
+        links.append(link("next", offset + limit, "the next jobs"))
+    if offset > 0:
+        links.append(link("prev", max(0, offset - limit), "the previous jobs"))
+    return {"jobs": [status_info(j, base, svc.store) for j in jobs[:limit]], "links": links}
 
 
-@router.get("/jobs/{job_id}", operation_id="get_job", response_model=StatusInfo, response_model_exclude_none=True,
+@router.get("/jobs/{job_id}", operation_id="getStatus", response_model=StatusInfo, response_model_exclude_none=True,
             responses=problems(401, 404))
 def get_job(job_id: JobID, request: Request, svc: Services = Depends(services)) -> dict:
     """The job's statusInfo, with progress 0-100 from the scheduler's count of finished tasks."""
@@ -84,7 +132,7 @@ def get_job(job_id: JobID, request: Request, svc: Services = Depends(services)) 
 _FAILED = "the job failed with this error"
 
 
-@router.get("/jobs/{job_id}/results", operation_id="get_job_results", response_model=Results, responses={
+@router.get("/jobs/{job_id}/results", operation_id="getResult", response_model=Results, responses={
     200: {"description": "The results document: the result inline (transmission value) or a link (reference)",
           "headers": {"X-Array-Dtype": {"description": "bfloat16 or complex32 when the inline NPY holds those "
                                                        "types' raw bits", "schema": {"type": "string"}}}},
@@ -119,7 +167,7 @@ async def get_results(job_id: JobID, svc: Services = Depends(services)):
     return JSONResponse(result_document(value), headers=dtype_header(value.dtype))
 
 
-@router.delete("/jobs/{job_id}", operation_id="dismiss_job", response_model=StatusInfo,
+@router.delete("/jobs/{job_id}", operation_id="dismiss", response_model=StatusInfo,
                response_model_exclude_none=True, responses=problems(401, 404))
 async def dismiss_job(job_id: JobID, request: Request, svc: Services = Depends(services)) -> dict:
     """Dismiss: cancel the job's tasks, remove its partial output; idempotent."""

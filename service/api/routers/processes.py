@@ -199,9 +199,9 @@ _EXECUTE_RESPONSES = {
                       "Preference-Applied": {"description": "respond-async", "schema": {"type": "string"}}},
           "links": {name: {"operationId": target, "parameters": {"job_id": "$response.body#/jobID"},
                            "description": description}
-                    for name, target, description in (("status", "get_job", "the job's status"),
-                                                      ("results", "get_job_results", "its results"),
-                                                      ("dismiss", "dismiss_job", "dismiss it"))}},
+                    for name, target, description in (("status", "getStatus", "the job's status"),
+                                                      ("results", "getResult", "its results"),
+                                                      ("dismiss", "dismiss", "dismiss it"))}},
     **problems(400, 401, 404, 409, 413, 415, 503, 507,
                _400="Bad inputs, parameters or shapes: the message ops raises for the same call",
                _404="No such process (the templated path), or no array behind an input's href",

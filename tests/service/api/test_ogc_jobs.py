@@ -8,13 +8,19 @@ creates (/req/core/job-results-success-sync), the exception bodies of the jobs r
 from __future__ import annotations
 
 import re
+import uuid
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+import yaml
 from starlette.responses import PlainTextResponse
 from starlette.testclient import TestClient
 
 from service.api.app import create_app
 from service.api.edge import HostGuard
+from service.api.routers import jobfilters
+from service.jobs.records import now
 from tests.service.api.calls import OGC_EXC, execute, ints, store
 from tests.service.api.test_ogc_documents import ogc_errors
 
@@ -131,3 +137,137 @@ def test_the_document_says_problem_json_for_every_exception_body():
                         assert media == PROBLEM, (path, method, code)
                         documented += 1
     assert documented > 20
+
+
+# ---------------------------------------------------------------------------------------------
+# the job list class, /req/job-list/...
+
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "ogc_schemas" / "core" / "requirements" / "job-list"
+
+
+def _fragments() -> dict[str, dict]:
+    """The parameters of GET /jobs as the requirements state them (their OpenAPI 3.0 fragments)."""
+    fragments = {}
+    for path in sorted(REQUIREMENTS.glob("REQ_*-def.adoc")):
+        for text in re.findall(r"\[source,yaml\]\n----\n(.*?)\n----", path.read_text(), re.S):
+            fragment = yaml.safe_load(text)
+            fragments[fragment["name"]] = fragment
+    return fragments
+
+
+def test_get_jobs_declares_the_parameters_as_the_standard_words_them():
+    fragments = _fragments()
+    assert set(fragments) == {"type", "processID", "status", "datetime", "minDuration", "maxDuration", "limit"}
+    document = create_app().openapi()
+    operation = document["paths"]["/jobs"]["get"]
+    declared = {p["name"]: p for p in operation["parameters"]}
+    for name, fragment in fragments.items():
+        parameter = declared[name]
+        for key, value in fragment.items():
+            if key != "schema":
+                assert parameter[key] == value, (name, key)
+        schema = parameter["schema"]
+        # status may name the states (statusCode.yaml), datetime give its syntax as a pattern
+        assert {k: v for k, v in schema.items() if k != "pattern"} == fragment["schema"] or (
+            name == "status" and schema["items"]["enum"] == ["accepted", "running", "successful", "failed",
+                                                             "dismissed"]), (name, schema)
+    # as OGC's test suite (ets-ogcapi-processes10) looks the operations up
+    ids = {op["operationId"]: (path, method) for path, ops in document["paths"].items() for method, op in ops.items()}
+    assert ids["getJobs"] == ("/jobs", "get") and ids["getStatus"] == ("/jobs/{job_id}", "get")
+    assert ids["getResult"] == ("/jobs/{job_id}/results", "get") and ids["dismiss"] == ("/jobs/{job_id}", "delete")
+
+
+def test_the_datetime_pattern_takes_what_the_abnf_takes():
+    pattern = re.compile(jobfilters.DATETIME_PATTERN)
+    for good in ("2001-01-02T03:04:05Z", "2001-01-02t03:04:05.123+05:30", "2001-01-02T03:04:05Z/..",
+                 "../2001-01-02T03:04:05Z", "/2001-01-02T03:04:05Z", "2001-01-02T03:04:05Z/",
+                 "2001-01-02T03:04:05Z/2001-02-03T00:00:00-01:00"):
+        assert pattern.match(good), good
+    for bad in ("2001-01-02", "../..", "/", "2001-13-02T03:04:05Z", "2001-01-02T03:04:05", "0000-01-01T00:00:00Z"):
+        assert not pattern.match(bad), bad
+
+
+@pytest.fixture(scope="module")
+def timed_jobs(client):
+    """Five jobs of one made-up process, at known times: {letter: jobID} and the process."""
+    records, process = client.app.state.services.records, f"p-{uuid.uuid4().hex[:8]}"
+    ids = {letter: uuid.uuid4().hex for letter in "ABCDE"}
+    for letter, job_id in ids.items():
+        records.create(job_id, process, [], f"none-{job_id}", "value", status="accepted")
+    day = "2001-01-0{}T00:00:00.000Z".format
+    records.update(ids["A"], created=day(1), started=day(1), finished="2001-01-01T00:00:10.000Z",
+                   status="successful")  # 10 s
+    records.update(ids["B"], created=day(2), started=day(2), finished="2001-01-02T00:01:40.000Z",
+                   status="failed")  # 100 s
+    records.update(ids["C"], created=day(3))  # accepted: no duration
+    records.update(ids["D"], created=day(4), started=now(50), status="running")  # 50 s so far
+    records.update(ids["E"], created=day(5), finished=day(5), status="dismissed")  # never started
+    yield ids, process
+    for job_id in (ids["C"], ids["D"]):  # no job of this module waits behind them
+        records.finish(job_id, "dismissed", "dismissed by the test")
+
+
+def _listed(client, ids: dict, params: list) -> str:
+    response = client.get("/jobs", params=params)
+    assert response.status_code == 200, response.text
+    assert ogc_errors(response.json(), "jobList.yaml") == []
+    letters = {job_id: letter for letter, job_id in ids.items()}
+    return "".join(letters.get(job["jobID"], "?") for job in response.json()["jobs"])
+
+
+@pytest.mark.parametrize("params,expected", [
+    ([], "EDCBA"),
+    ([("type", "process")], "EDCBA"),
+    ([("type", "other")], ""),
+    ([("status", "successful"), ("status", "failed")], "BA"),
+    ([("datetime", "2001-01-02T00:00:00Z")], "B"),
+    ([("datetime", "2001-01-02T01:00:00+01:00")], "B"),
+    ([("datetime", "2001-01-02T00:00:00.0001Z")], ""),
+    ([("datetime", "2001-01-02T00:00:00Z/..")], "EDCB"),
+    ([("datetime", "2001-01-02T00:00:00Z/")], "EDCB"),
+    ([("datetime", "../2001-01-02T00:00:00Z")], "BA"),
+    ([("datetime", "/2001-01-02T00:00:00Z")], "BA"),
+    ([("datetime", "2001-01-01T12:00:00Z/2001-01-03T00:00:00Z")], "CB"),
+    ([("minDuration", "20")], "DB"),
+    ([("maxDuration", "60")], "DA"),
+    ([("minDuration", "20"), ("maxDuration", "60")], "D"),
+    ([("maxDuration", "60,200")], "DA"),
+    ([("minDuration", "5"), ("status", "successful")], "A"),
+])
+def test_the_job_list_filters(client, timed_jobs, params, expected):
+    ids, process = timed_jobs
+    assert _listed(client, ids, [("processID", process), *params]) == expected
+
+
+def test_an_unknown_process_lists_no_jobs(client):
+    assert client.get("/jobs", params={"processID": "no-such-process"}).json()["jobs"] == []
+
+
+def test_the_job_list_honours_limit_and_leads_on_with_next_and_prev(client, timed_jobs):
+    ids, process = timed_jobs
+    url, pages = f"/jobs?processID={process}&limit=2", []
+    while url is not None:
+        body = client.get(url).json()
+        assert ogc_errors(body, "jobList.yaml") == [] and len(body["jobs"]) <= 2
+        rels = {link["rel"]: link["href"] for link in body["links"]}
+        assert "self" in rels and (("prev" in rels) == bool(pages))
+        pages.append(_listed(client, ids, list(parse_qsl(urlsplit(rels["self"]).query))))
+        url = rels.get("next")
+        assert url is None or url.startswith("http://testserver/jobs?")
+    assert pages == ["ED", "CB", "A"]
+    # without limit: the requirement's default, 10
+    records, many = client.app.state.services.records, f"p-{uuid.uuid4().hex[:8]}"
+    for _ in range(11):
+        records.create(job_id := uuid.uuid4().hex, many, [], "none", "value")
+        records.finish(job_id, "dismissed", "dismissed by the test")
+    body = client.get("/jobs", params={"processID": many}).json()
+    assert len(body["jobs"]) == 10 and "next" in {link["rel"] for link in body["links"]}
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=10001", "status=sleeping", "datetime=yesterday",
+                                   "datetime=../..", "datetime=2001-02-29T00:00:00Z", "minDuration=x",
+                                   "maxDuration=1,x", "offset=-1"])
+def test_a_job_list_parameter_out_of_its_definition_is_a_400(client, query):
+    response = client.get(f"/jobs?{query}")
+    assert _ogc_exception(response, 400) == OGC_EXC + "invalid-parameter"
+    assert query.split("=")[0] in response.json()["detail"]
