@@ -6,12 +6,12 @@
   the service keeps answering, no output, nothing left under ``tmp``;
 - the service process killed mid-job and started again on the same data root: the job is
   ``failed`` (interrupted), no partial array, ``tmp`` empty, a new job succeeds;
-- the scheduler frozen (SIGSTOP), then killed: a running job gives it up, ``/healthz`` and
-  executions answer 503 within bounded time, never hang; a new scheduler on the same port (and
-  new workers): the service recovers by itself;
 - the disk full (a small tmpfs as data root, when this sandbox may mount one): a job fails
   naming the error, an NPY upload answers 507, nothing half-written, earlier arrays intact;
-  with the disk full, arrays and job records still read, writes are refused with 507.
+  with the disk full, arrays and job records still read, writes are refused with 507;
+- the scheduler frozen (SIGSTOP), then killed: a running job gives it up, ``/healthz`` and
+  executions answer 503 within bounded time, never hang; a new scheduler on the same port (and
+  a new worker): the service recovers by itself.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def healthy(cluster):
     if cluster.scheduler.poll() is not None:
         cluster.stop_workers()
         cluster.start_scheduler()
-        cluster.start_workers(2)
+    cluster.start_workers(2 - sum(proc.poll() is None for proc in cluster.workers))
     cluster.ready(2)
     return cluster
 
@@ -428,86 +428,6 @@ def test_the_service_stopped_then_killed_mid_job_and_restarted(healthy, tmp_path
     finally:
         service.stop()
 
-def assert_cluster_unavailable(api, tmp_path: Path, name: str) -> None:
-    """``/healthz`` and a sync execution answer 503 within bounded time; a job submitted now
-    fails, saying why, and leaves nothing behind."""
-    with bounded(15):
-        health = api.get("/healthz")
-    assert health.status_code == 503, health.text
-    assert health.json()["status"] == "unavailable"
-    assert health.json()["cluster"]["error"]
-    inputs = {"x": {"href": "/arrays/sched-x"}, "block_size": 2}
-    with bounded(15):
-        response = api.post("/processes/depth_to_space/execution", json=execute_body(inputs, f"{name}-sync"))
-    assert response.status_code == 503, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    problem = response.json()
-    assert problem["type"] == CLUSTER_UNAVAILABLE
-    assert problem["status"] == 503 and problem["detail"]
-    assert api.get(f"/arrays/{name}-sync/info").status_code == 404
-    with bounded(25):
-        job_id = submit(api, "depth_to_space", inputs, result_name=f"{name}-async")
-        final, _ = wait_job(api, job_id, timeout=25)
-    assert final["status"] == "failed", final
-    assert_failed_for_the_cluster(api, job_id)
-    assert api.get(f"/arrays/{name}-async/info").status_code == 404
-    assert list((tmp_path / "tmp").iterdir()) == []
-
-
-def assert_failed_for_the_cluster(api, job_id: str) -> None:
-    results = api.get(f"/jobs/{job_id}/results")
-    assert results.status_code == 503, results.text
-    assert results.json()["type"] == CLUSTER_UNAVAILABLE
-    assert "scheduler" in results.json()["detail"] or "cluster" in results.json()["detail"]
-
-
-def test_the_scheduler_frozen_or_gone_is_503_then_recovered(healthy, tmp_path):
-    """Frozen (SIGSTOP: its connections stay open, nothing answers), then killed, then a new
-    scheduler on the same port: 503s within bounded time, never a hang, and then recovery."""
-    cluster = healthy
-    x = np.random.default_rng(5).standard_normal((2, 8, 8, 16), dtype=np.float32)
-    # A 2 s scheduler timeout (a job gives a silent scheduler up after 3 x 2 s): each wait for
-    # the frozen or gone scheduler below is one of these. (A scheduler that has just started,
-    # on a busy machine, may take seconds to answer: the bounds below are "never a hang", not
-    # speed.)
-    with service_app(tmp_path, cluster.address, scheduler_timeout=2) as api:
-        upload(api, "sched-x", x, chunks="1,4,4,16")
-        assert api.get("/healthz").status_code == 200
-        inputs, *_ = gather_inputs(api, 400_000, 10_000, "frozen")  # 40 blocks of 5 MiB
-        running = submit(api, "gather_nd", inputs, result_name="frozen-y")
-        wait_executing(cluster)
-        cluster.scheduler.send_signal(signal.SIGSTOP)
-        try:
-            # the job that was running gives the frozen scheduler up, in bounded time
-            with bounded(30):
-                final, _ = wait_job(api, running, timeout=30)
-            assert final["status"] == "failed", final
-            assert "not answered" in final["message"], final
-            assert_failed_for_the_cluster(api, running)
-            assert api.get("/arrays/frozen-y/info").status_code == 404
-            assert job_leftovers(tmp_path, running) == []
-            assert_cluster_unavailable(api, tmp_path, "frozen")
-        finally:
-            cluster.kill_scheduler()  # a stopped process dies of SIGKILL too
-        assert_cluster_unavailable(api, tmp_path, "gone")  # killed: refused connections now
-        # a new scheduler on the same port, new workers: the service reconnects without a restart
-        cluster.stop_workers()
-        cluster.start_scheduler()
-        cluster.start_workers(2)
-        cluster.ready(2)
-        health = eventually(lambda: api.get("/healthz").status_code == 200 and api.get("/healthz"), timeout=15)
-        assert health, api.get("/healthz").text
-        assert health.json()["cluster"]["workers"] == 2
-        response = api.post("/processes/depth_to_space/execution", json=execute_body(
-            {"x": {"href": "/arrays/sched-x"}, "block_size": 2}, "sched-y"))
-        assert response.status_code == 200, response.text
-        assert_bit_exact(download(api, "sched-y"), ops.depth_to_space(x, 2))
-        job_id = submit(api, "depth_to_space", {"x": {"href": "/arrays/sched-x"}, "block_size": 2})
-        final, _ = wait_job(api, job_id)
-        assert final["status"] == "successful", final
-        assert_bit_exact(download(api, job_id), ops.depth_to_space(x, 2))
-
-
 @pytest.fixture
 def small_disk(tmp_path):
     """A 3 MiB tmpfs, or a skip where this sandbox may not mount one."""
@@ -649,3 +569,86 @@ def test_job_records_on_a_full_disk(healthy, small_disk):
         assert response.json()["type"] == INSUFFICIENT_STORAGE
         assert api.get("/arrays/records-sync/info").status_code == 404
         assert list((root / "tmp").iterdir()) == []
+
+
+# --- the scheduler frozen, then gone (last: it leaves the cluster one worker) ---------------------
+
+def assert_cluster_unavailable(api, tmp_path: Path, name: str) -> None:
+    """``/healthz`` and a sync execution answer 503 within bounded time; a job submitted now
+    fails, saying why, and leaves nothing behind."""
+    with bounded(15):
+        health = api.get("/healthz")
+    assert health.status_code == 503, health.text
+    assert health.json()["status"] == "unavailable"
+    assert health.json()["cluster"]["error"]
+    inputs = {"x": {"href": "/arrays/sched-x"}, "block_size": 2}
+    with bounded(15):
+        response = api.post("/processes/depth_to_space/execution", json=execute_body(inputs, f"{name}-sync"))
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["type"] == CLUSTER_UNAVAILABLE
+    assert problem["status"] == 503 and problem["detail"]
+    assert api.get(f"/arrays/{name}-sync/info").status_code == 404
+    with bounded(25):
+        job_id = submit(api, "depth_to_space", inputs, result_name=f"{name}-async")
+        final, _ = wait_job(api, job_id, timeout=25)
+    assert final["status"] == "failed", final
+    assert_failed_for_the_cluster(api, job_id)
+    assert api.get(f"/arrays/{name}-async/info").status_code == 404
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def assert_failed_for_the_cluster(api, job_id: str) -> None:
+    results = api.get(f"/jobs/{job_id}/results")
+    assert results.status_code == 503, results.text
+    assert results.json()["type"] == CLUSTER_UNAVAILABLE
+    assert "scheduler" in results.json()["detail"] or "cluster" in results.json()["detail"]
+
+
+def test_the_scheduler_frozen_or_gone_is_503_then_recovered(healthy, tmp_path):
+    """Frozen (SIGSTOP: its connections stay open, nothing answers), then killed, then a new
+    scheduler on the same port: 503s within bounded time, never a hang, and then recovery."""
+    cluster = healthy
+    x = np.random.default_rng(5).standard_normal((2, 8, 8, 16), dtype=np.float32)
+    # A 2 s scheduler timeout (a job gives a silent scheduler up after 3 x 2 s): each wait for
+    # the frozen or gone scheduler below is one of these. (A scheduler that has just started,
+    # on a busy machine, may take seconds to answer: the bounds below are "never a hang", not
+    # speed.)
+    with service_app(tmp_path, cluster.address, scheduler_timeout=2) as api:
+        upload(api, "sched-x", x, chunks="1,4,4,16")
+        assert api.get("/healthz").status_code == 200
+        inputs, *_ = gather_inputs(api, 400_000, 10_000, "frozen")  # 40 blocks of 5 MiB
+        running = submit(api, "gather_nd", inputs, result_name="frozen-y")
+        wait_executing(cluster)
+        cluster.scheduler.send_signal(signal.SIGSTOP)
+        try:
+            # the job that was running gives the frozen scheduler up, in bounded time
+            with bounded(30):
+                final, _ = wait_job(api, running, timeout=30)
+            assert final["status"] == "failed", final
+            assert "not answered" in final["message"], final
+            assert_failed_for_the_cluster(api, running)
+            assert api.get("/arrays/frozen-y/info").status_code == 404
+            assert job_leftovers(tmp_path, running) == []
+            assert_cluster_unavailable(api, tmp_path, "frozen")
+        finally:
+            cluster.kill_scheduler()  # a stopped process dies of SIGKILL too
+        assert_cluster_unavailable(api, tmp_path, "gone")  # killed: refused connections now
+        # a new scheduler on the same port and a new worker (one: the last test of the module,
+        # ``healthy`` makes it two for any test after): the service reconnects without a restart
+        cluster.stop_workers()
+        cluster.start_scheduler()
+        cluster.start_workers(1)
+        cluster.ready(1)
+        health = eventually(lambda: api.get("/healthz").status_code == 200 and api.get("/healthz"), timeout=15)
+        assert health, api.get("/healthz").text
+        assert health.json()["cluster"]["workers"] == 1
+        response = api.post("/processes/depth_to_space/execution", json=execute_body(
+            {"x": {"href": "/arrays/sched-x"}, "block_size": 2}, "sched-y"))
+        assert response.status_code == 200, response.text
+        assert_bit_exact(download(api, "sched-y"), ops.depth_to_space(x, 2))
+        job_id = submit(api, "depth_to_space", {"x": {"href": "/arrays/sched-x"}, "block_size": 2})
+        final, _ = wait_job(api, job_id)
+        assert final["status"] == "successful", final
+        assert_bit_exact(download(api, job_id), ops.depth_to_space(x, 2))
