@@ -5,19 +5,20 @@ token from a file, a stalled request cut off, and no server path in an error bod
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import io
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
+import threading
 import time
 import zipfile
 
 import numpy as np
 import pytest
 import requests
+import uvicorn
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
@@ -27,7 +28,7 @@ from service.cli.main import _serve_parser, serve_main, settings_from
 from service.errors import HOST_NOT_ALLOWED, REQUEST_TIMEOUT, UNSUPPORTED_MEDIA_TYPE
 from service.settings import Settings
 from tests.service.conftest import NPY, assert_problem, inline, make_settings, npy_bytes
-from tests.service.processes import REPO, Server, free_port, stop_server
+from tests.service.processes import free_port
 
 EXECUTE = "/processes/depth_to_space/execution"
 X = np.arange(16, dtype=np.float32).reshape(1, 2, 2, 4)
@@ -180,8 +181,6 @@ def test_a_token_file_that_is_empty_or_doubled_is_refused(tmp_path):
 
 
 def test_the_serve_command_warns_about_the_token_flag_and_bounds_the_server(tmp_path, monkeypatch, capsys):
-    import uvicorn
-
     ran = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: ran.update(options))
     for name in [k for k in os.environ if k.startswith("CHUNKED_TENSOR_OPS_")]:
@@ -248,30 +247,68 @@ def test_error_bodies_name_no_server_path(tmp_path):
 READ_TIMEOUT = 1.0
 
 
+class InProcessServer:
+    """``serve_main`` (``python -m service``'s code: its flags, settings and the uvicorn server
+    it configures) running in a thread of this process; what it printed, and uvicorn's log."""
+
+    def __init__(self, argv: list[str], output: io.StringIO):
+        self.output = output
+        self.servers: list[uvicorn.Server] = []
+        self.exit_code: int | None = None
+        servers = self.servers
+
+        class Recorded(uvicorn.Server):  # the one uvicorn.run makes, to stop it
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                servers.append(self)
+
+        def run() -> None:
+            self.exit_code = serve_main(argv)
+
+        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(output), \
+                contextlib.redirect_stdout(output):  # (uvicorn's log handlers are made now, on these)
+            for name in [k for k in os.environ if k.startswith("CHUNKED_TENSOR_OPS_")]:
+                patch.delenv(name)
+            patch.setenv("CHUNKED_TENSOR_OPS_CLUSTER_PROCESSES", "false")  # in-process workers
+            patch.setattr(importlib.import_module("uvicorn.main"), "Server", Recorded)  # (uvicorn.main: the CLI)
+            self.thread = threading.Thread(target=run, name="serve_main", daemon=True)
+            self.thread.start()
+            deadline = time.monotonic() + 60
+            while self.thread.is_alive() and not (servers and servers[0].started) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    @property
+    def started(self) -> bool:
+        return bool(self.servers) and self.servers[0].started and self.thread.is_alive()
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.output.getvalue()[-chars:]
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.should_exit = True
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the server did not stop"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """``python -m service --token ... --read-timeout 1`` with in-process workers (a quick start)."""
+    """``python -m service --token ... --read-timeout 1`` with in-process workers, run in this
+    process (a quick start: what is tested is the command's server, not a new interpreter)."""
     base = tmp_path_factory.mktemp("edge-server")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHUNKED_TENSOR_OPS_")}
-    env.update(CHUNKED_TENSOR_OPS_CLUSTER_PROCESSES="false", PYTHONUNBUFFERED="1")
     for _ in range(3):  # the port may be taken between choosing and binding it
-        port, log = free_port(), base / "server.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(port), "--data-root",
-                                     str(base / "root"), "--token", "s3cret", "--read-timeout", str(READ_TIMEOUT)],
-                                    cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        running = Server(f"http://127.0.0.1:{port}", base / "root", log, proc)
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
+        port = free_port()
+        running = InProcessServer(["--port", str(port), "--data-root", str(base / "root"), "--token", "s3cret",
+                                   "--read-timeout", str(READ_TIMEOUT)], io.StringIO())
+        running.url = f"http://127.0.0.1:{port}"
+        if running.started:
             try:
-                if requests.get(f"{running.url}/healthz", timeout=2).status_code == 200:
-                    yield running
-                    stop_server(running)
-                    return
-            except requests.RequestException:
-                time.sleep(0.2)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+                yield running
+            finally:
+                running.stop()
+            assert running.exit_code == 0, running.log_tail()
+            return
+        running.stop()
         if "address already in use" not in running.log_tail().lower():
             pytest.fail(f"the service did not start:\n{running.log_tail()}")
     pytest.fail("no free port")
