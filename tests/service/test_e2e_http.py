@@ -2,8 +2,10 @@
 clients nobody on this project wrote: OWSLib (OGC API - Processes), xarray/zarr over HTTP
 (fsspec + aiohttp), and plain ``requests`` as the README's curl session would do it.
 
-One server is started per module (an embedded LocalCluster with one worker process). The
-service stopped or killed mid-job and restarted is tests/service/test_faults.py's.
+One server is started per module, its embedded LocalCluster's worker threads of its own process
+(what these clients see does not depend on where the tasks run; a service with worker processes
+is tests/service/test_load.py's). The service stopped or killed mid-job and restarted is
+tests/service/test_faults.py's.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ HTTP_TIMEOUT = 30.0
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("e2e")
-    srv = start_server(base / "data", base / "server.log")
+    srv = start_server(base / "data", base / "server.log", processes=False)
     yield srv
     stop_server(srv)
 
