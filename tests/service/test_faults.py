@@ -48,7 +48,7 @@ FINAL = ("successful", "failed", "dismissed")
 # a job whose workers are all killed fails after one or two rounds of kills (each round costs
 # the workers' restarts) instead of four, and a job still survives one killed worker.
 ALLOWED_FAILURES = 1
-# The service's chunk_bytes: also the piece size of a download, which costs a few ms a piece
+# The service's chunk_bytes: also the piece size of a download, which costs ~20 ms a piece
 # (a 50 MiB result in 64 KiB pieces took 15-40 s to download, in 1 MiB pieces under 1 s).
 CHUNK_BYTES = 2**20
 # On the 3 MiB disk, uploads are written in 64 KiB pieces: the disk fills in the middle of one.
