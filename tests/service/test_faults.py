@@ -573,9 +573,10 @@ def test_job_records_on_a_full_disk(healthy, small_disk):
 
 # --- the scheduler frozen, then gone (last: it leaves the cluster one worker) ---------------------
 
-def assert_cluster_unavailable(api, tmp_path: Path, name: str) -> None:
+def assert_cluster_unavailable(api, tmp_path: Path, name: str, running: str | None = None) -> None:
     """``/healthz`` and a sync execution answer 503 within bounded time; a job submitted now
-    fails, saying why, and leaves nothing behind."""
+    fails, saying why, and leaves nothing behind (nothing but what job ``running``, still
+    waiting for the scheduler, has written)."""
     with bounded(15):
         health = api.get("/healthz")
     assert health.status_code == 503, health.text
@@ -596,7 +597,7 @@ def assert_cluster_unavailable(api, tmp_path: Path, name: str) -> None:
     assert final["status"] == "failed", final
     assert_failed_for_the_cluster(api, job_id)
     assert api.get(f"/arrays/{name}-async/info").status_code == 404
-    assert list((tmp_path / "tmp").iterdir()) == []
+    assert [p for p in (tmp_path / "tmp").iterdir() if not p.name.startswith(f"job-{running}-")] == []
 
 
 def assert_failed_for_the_cluster(api, job_id: str) -> None:
@@ -623,15 +624,17 @@ def test_the_scheduler_frozen_or_gone_is_503_then_recovered(healthy, tmp_path):
         wait_executing(cluster)
         cluster.scheduler.send_signal(signal.SIGSTOP)
         try:
-            # the job that was running gives the frozen scheduler up, in bounded time
             with bounded(30):
+                # meanwhile (the running job waits for the scheduler): 503s in bounded time
+                assert_cluster_unavailable(api, tmp_path, "frozen", running=running)
+                # the job that was running gives the frozen scheduler up, in bounded time
                 final, _ = wait_job(api, running, timeout=30)
             assert final["status"] == "failed", final
             assert "not answered" in final["message"], final
             assert_failed_for_the_cluster(api, running)
             assert api.get("/arrays/frozen-y/info").status_code == 404
             assert job_leftovers(tmp_path, running) == []
-            assert_cluster_unavailable(api, tmp_path, "frozen")
+            assert list((tmp_path / "tmp").iterdir()) == []
         finally:
             cluster.kill_scheduler()  # a stopped process dies of SIGKILL too
         assert_cluster_unavailable(api, tmp_path, "gone")  # killed: refused connections now
