@@ -285,7 +285,7 @@ def cpu_seconds(pids: set[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def assert_workers_idle(server, seconds: float = 2.0) -> None:
+def assert_workers_idle(server, seconds: float = 1.0) -> None:
     """The cluster's processes (the server's descendants) use almost no CPU: no task runs."""
     pids = descendants(server.proc.pid)
     start = cpu_seconds(pids)
