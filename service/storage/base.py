@@ -30,12 +30,12 @@ from service.storage import npy
 from service.storage.blocks import DecodedBlocks
 from service.storage.budgets import Budgets
 from service.storage.chunk_order import c_order_regions
-from service.storage.names import KEY_PART, check_name
 from service.storage import variables
-from service.storage.raw_dtypes import DTYPE_ATTR, to_stored
-from service.storage.variables import StoredVariable
+from service.storage.names import KEY_PART, check_name
+from service.storage.raw_dtypes import DTYPE_ATTR
 from service.storage.scratch import configured_scratch
 from service.storage.upload import NpyUpload, import_zip
+from service.storage.variables import StoredVariable
 
 # A stored key is streamed to an HTTP client in pieces of this size; an object store's key up
 # to this size is read whole before the response starts, so a storage failure is a clean 503.
@@ -200,12 +200,11 @@ class StoreBase:
 
         Returns the Dask store graph (a Delayed) that fills the data variable from ``arr``.
         """
-        stored = to_stored(arr)
         # A zero-length axis has Dask blocks of length 0, and a Zarr chunk is at least 1 long
         # (zarr 3.2 and newer refuse 0).
         chunks = tuple(max(1, c) for c in chunks)
-        self.budgets.check_grid(f"array {variable!r}", stored.shape, chunks, np.dtype(stored.dtype).itemsize,
-                                too_large)
+        # (raw-bit dtypes are stored in as many bytes as they have)
+        self.budgets.check_grid(f"array {variable!r}", arr.shape, chunks, np.dtype(arr.dtype).itemsize, too_large)
         ds, encoding = variables.output_dataset(arr, variable, chunks, group_attrs, companions)
         with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
             return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
