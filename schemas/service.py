@@ -7,8 +7,9 @@ the OpenAPI document. Field names follow OGC API - Processes - Part 1: Core 1.0.
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
 
 OGC_CONFORMANCE = "http://www.opengis.net/spec/ogcapi-processes-1/1.0/conf/"
 OGC_REL = "http://www.opengis.net/def/rel/ogc/1.0/"
@@ -98,6 +99,55 @@ class OutputRequest(BaseModel):
     name: str | None = Field(None, json_schema_extra={"pattern": ARRAY_NAME_PATTERN, "maxLength": 128})
 
 
+# The longest callback URI taken (a URL is an address, not a payload).
+MAX_URI_LENGTH = 2048
+
+
+def check_callback_uri(uri: str) -> str:
+    """``uri`` if it is an absolute http(s) URI with a host and no user info; else ValueError
+    saying which rule it breaks, with the value."""
+    try:
+        parts = urlsplit(uri)
+        port = parts.port  # raises on a port that is not a number in 0-65535
+    except ValueError as error:
+        raise ValueError(f"must be an absolute http or https URI, got {uri!r} ({error})") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an absolute http or https URI with a host, got {uri!r}")
+    if "@" in parts.netloc:  # http://allowed.example@elsewhere/ reads as one host and is another
+        raise ValueError(f"must not carry user info (user@host), got {uri!r}")
+    if port == 0:
+        raise ValueError(f"must not name port 0, got {uri!r}")
+    if any(c.isspace() or ord(c) < 0x20 for c in uri):
+        raise ValueError(f"must not contain white space or control characters, got {uri!r}")
+    return uri
+
+
+CallbackUri = Annotated[str, Field(max_length=MAX_URI_LENGTH, json_schema_extra={"format": "uri"})]
+
+
+class Subscriber(BaseModel):
+    """Where the service sends a job's callbacks (OGC API - Processes 1.0, class callback): the
+    results document to ``successUri`` when the job succeeds, its status to ``failedUri`` when
+    it fails and to ``inProgressUri`` as its status and progress change. ``successUri`` is
+    required, as OGC's 1.0 schema (subscriber.yaml) requires it; later drafts make every URI
+    optional. Unknown members are refused: a misspelt URI would otherwise never be called."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    successUri: CallbackUri
+    inProgressUri: CallbackUri | None = None
+    failedUri: CallbackUri | None = None
+
+    @field_validator("successUri", "inProgressUri", "failedUri")
+    @classmethod
+    def _absolute_http(cls, value: str | None) -> str | None:
+        return value if value is None else check_callback_uri(value)
+
+    def uris(self) -> dict[str, str]:
+        """The URIs given, by field name."""
+        return {name: uri for name, uri in self.model_dump().items() if uri is not None}
+
+
 class ExecuteRequest(BaseModel):
     """``POST /processes/{id}/execution``: inputs, the wanted outputs and the response form.
 
@@ -109,7 +159,7 @@ class ExecuteRequest(BaseModel):
     inputs: dict[str, Any] = Field(default_factory=dict)
     outputs: dict[str, OutputRequest] | None = None
     response: Literal["raw", "document"] = "raw"
-    subscriber: dict[str, Any] | None = None
+    subscriber: Subscriber | None = None
 
 
 class InlineValue(BaseModel):

@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas.service import check_callback_uri
+
 ENV_PREFIX = "CHUNKED_TENSOR_OPS_"
 MiB = 2**20
 GiB = 2**30
@@ -69,6 +71,27 @@ class Settings(BaseSettings):
     max_queued_jobs: int = Field(64, ge=0)
     job_retention_seconds: float = Field(7 * 24 * 3600, gt=0)
     max_job_records: int = Field(10_000, ge=1)
+    # --- callbacks: a job's subscriber (successUri, inProgressUri, failedUri) -------------------
+    # Where callbacks may go: URL prefixes (http://receiver.example:8080/hooks/); a subscriber
+    # URI must match one in scheme, host, port and leading path. Empty (the default): an
+    # execute request with a subscriber is refused (400).
+    callback_allow: list[str] = Field(default_factory=list)
+    # Let an allowed host *name* resolve to a loopback, private or link-local address (an
+    # internal DNS the operator trusts); an address allowed by itself (http://10.0.0.5/) is
+    # always allowed.
+    callback_private_addresses: bool = False
+    # Seconds one callback request may take; tries after the first on a connection error,
+    # a timeout or a 5xx, the first retry after callback_backoff seconds, each later one
+    # after twice the wait before it.
+    callback_timeout: float = Field(10.0, gt=0)
+    callback_retries: int = Field(5, ge=0)
+    callback_backoff: float = Field(0.5, gt=0)
+    # At most one push to a job's inProgressUri per this many seconds (the latest state is
+    # sent once the interval has passed).
+    callback_progress_interval: float = Field(1.0, ge=0)
+    # Jobs whose callbacks wait to be delivered, at most; past it a new job with a subscriber
+    # is refused (503, Retry-After) rather than the pending deliveries growing without bound.
+    callback_max_pending: int = Field(1000, ge=1)
     # --- the network -------------------------------------------------------------------------
     # The token may come from a file (its first line) rather than the command line, where
     # every local user can read it in the process list.
@@ -101,6 +124,13 @@ class Settings(BaseSettings):
     def _path_unless_url(cls, value):
         text = str(value)
         return text.rstrip("/") if "://" in text else Path(value)
+
+    @field_validator("callback_allow")
+    @classmethod
+    def _absolute_urls(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            check_callback_uri(entry)  # ValueError naming the entry
+        return entries
 
     @property
     def remote(self) -> bool:
