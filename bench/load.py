@@ -277,7 +277,8 @@ def _job_call(url, sessions, report, process, inputs, result_name, expected):
         started = time.perf_counter()
         submitted = expect(session.post(f"{url}/processes/{process}/execution", headers={"Prefer": "respond-async"},
                                         json={"inputs": inputs, "outputs": {"result": {
-                                            "transmissionMode": "reference", "name": result_name}}},
+                                            "transmissionMode": "reference", "name": result_name}},
+                                            "response": "document"},  # a results document with the link
                                         timeout=HTTP_TIMEOUT), 201)
         job_id = submitted.json()["jobID"]
         deadline = time.monotonic() + JOB_TIMEOUT

@@ -188,7 +188,7 @@ class Executor:
         control = self._enter(plan.job_id, _Control())
         try:
             self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
-                                status="running")
+                                status="running", response=plan.response)
             try:
                 return self._run_sync(plan)
             except Dismissed:
@@ -233,7 +233,8 @@ class Executor:
                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
             control = self._running[plan.job_id] = _Control(background=True)
         try:
-            self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission)
+            self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
+                                response=plan.response)
             try:
                 self._check_inputs(plan)
             except ServiceError:

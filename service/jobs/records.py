@@ -38,8 +38,20 @@ ACTIVE = ("accepted", "running")
 _ACTIVE_SQL = "('accepted', 'running')"
 INTERRUPTED = "interrupted: the service stopped while the job was running; submit it again"
 _COLUMNS = ("id", "process_id", "status", "message", "created", "started", "finished", "updated",
-            "progress", "reads", "writes", "transmission", "error_status", "error_type")
+            "progress", "reads", "writes", "transmission", "error_status", "error_type", "response")
 BUSY_TIMEOUT_S = 30
+
+
+# Columns added after the first release, as (name, SQL type): a database made before them gets
+# them on opening (ALTER TABLE ... ADD COLUMN; its earlier rows read NULL), so it stays usable.
+_ADDED_COLUMNS = (("response", "TEXT"),)
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    present = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    for name, kind in _ADDED_COLUMNS:
+        if name not in present:
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
 
 def now(ago: float = 0.0) -> str:
@@ -73,6 +85,7 @@ class JobRecords:
             db.execute("CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created)")
             db.execute("CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status)")
             db.execute("CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished)")
+            _add_missing_columns(db)
             self._prune(db)
         # Idle, holding no lock (so checkpoints go on): it only keeps -wal and -shm in place.
         self._keeper = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
@@ -114,14 +127,16 @@ class JobRecords:
         return job
 
     def create(self, job_id: str, process_id: str, reads: list[str], writes: str | None,
-               transmission: str, status: str = "accepted") -> dict:
+               transmission: str, status: str = "accepted", *, response: str | None = None) -> dict:
+        """Record a new job. ``response`` is the execute request's (raw or document): the
+        form its results are served in."""
         stamp = now()
         with self._write() as db:
             db.execute(
                 "INSERT INTO jobs (id, process_id, status, message, created, started, updated, progress, reads, "
-                "writes, transmission) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+                "writes, transmission, response) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
                 (job_id, process_id, status, "queued" if status == "accepted" else "running", stamp,
-                 stamp if status == "running" else None, stamp, json.dumps(reads), writes, transmission),
+                 stamp if status == "running" else None, stamp, json.dumps(reads), writes, transmission, response),
             )
             self._prune(db)
         return self.get(job_id)

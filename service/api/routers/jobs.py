@@ -8,7 +8,7 @@ from typing import get_args
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results, StatusInfo
 from service.api.routers import JobID, dtype_header, jobfilters, npy_bytes, problems
@@ -45,6 +45,18 @@ def result_document(value: np.ndarray) -> dict:
     """``{"result": qualified inline value}`` for a NumPy result."""
     return {"result": {"value": base64.b64encode(npy_bytes(value)).decode("ascii"), "encoding": "base64",
                        "mediaType": NPY_MEDIA_TYPE}}
+
+
+def reference_link(name: str, base: str) -> str:
+    """The ``Link`` header value of a stored result: the answer of a raw response with
+    transmission reference, which OGC API - Processes 1.0 gives as 204 No Content with one
+    ``Link`` header per output (rel related, titled with the output's id, result)."""
+    return f'<{base}/arrays/{name}>; rel="related"; type="{NPY_MEDIA_TYPE}"; title="result"'
+
+
+def raw_reference(name: str, base: str, *links: str) -> Response:
+    """204 No Content with the stored result's ``Link`` (and ``links`` besides)."""
+    return Response(status_code=204, headers={"Link": ", ".join((reference_link(name, base), *links))})
 
 
 def _job(svc: Services, job_id: str) -> dict:
@@ -133,9 +145,15 @@ _FAILED = "the job failed with this error"
 
 
 @router.get("/jobs/{job_id}/results", operation_id="getResult", response_model=Results, responses={
-    200: {"description": "The results document: the result inline (transmission value) or a link (reference)",
+    200: {"description": "The results document (response document): the result inline (transmission value) or a "
+                         "link (reference); or the NPY itself (response raw, transmission value)",
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Results"}},
+                      NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
           "headers": {"X-Array-Dtype": {"description": "bfloat16 or complex32 when the inline NPY holds those "
                                                        "types' raw bits", "schema": {"type": "string"}}}},
+    204: {"description": "Response raw, transmission reference: no content, a Link header to the stored result",
+          "headers": {"Link": {"description": "the stored result (rel related, title result)",
+                               "schema": {"type": "string"}}}},
     **problems(400, 401, 404, 409, 413, 500, 503, 507, _400=_FAILED + " (bad inputs)",
                _404="No such job; result-not-ready while it is not successful, and when its result was not "
                     "stored (a synchronous execution's) or was deleted",
@@ -144,9 +162,11 @@ _FAILED = "the job failed with this error"
                _500=_FAILED + " (the service itself failed, or was stopped while the job ran)",
                _503=_FAILED + " (the Dask cluster was lost)",
                _507=_FAILED + " (the data root was out of space)")})
-async def get_results(job_id: JobID, svc: Services = Depends(services)):
-    """The results document of a successful job (a link, or the value inline); the job's
-    error when it failed; 404 result-not-ready otherwise."""
+async def get_results(job_id: JobID, request: Request, svc: Services = Depends(services)):
+    """The results of a successful job in the form its execute request asked for: with
+    ``response`` document a results document (a link, or the value inline); with raw the
+    NPY itself (transmission value) or 204 with a ``Link`` to the stored result (reference).
+    The job's error when it failed; 404 result-not-ready otherwise."""
     job = await run_in_threadpool(_job, svc, job_id)
     if job["status"] == "failed":
         status = job["error_status"] or 500
@@ -155,7 +175,10 @@ async def get_results(job_id: JobID, svc: Services = Depends(services)):
     if job["status"] != "successful":
         raise ServiceError(404, RESULT_NOT_READY, f"job {job_id} is {job['status']}; it has no results")
     name = job["writes"]
+    raw = job.get("response") == "raw"  # a job recorded before responses were kept: a document
     if job["transmission"] == "reference":
+        if raw:  # /req/core/job-results-async-raw-ref
+            return raw_reference(name, base_url(request))
         return {"result": {"href": f"/arrays/{name}", "type": NPY_MEDIA_TYPE}}
     if not await run_in_threadpool(svc.store.exists, name):
         # OGC API - Processes 1.0 has no exception type for results that are gone; of its own
@@ -164,6 +187,9 @@ async def get_results(job_id: JobID, svc: Services = Depends(services)):
                            "execution answers with its result and stores none (ask for transmissionMode "
                            "\"reference\" to keep it), and a stored result may have been deleted")
     value = await run_in_threadpool(svc.store.read_small, name, svc.settings.max_inline_bytes)
+    if raw:  # /req/core/job-results-async-raw-value-one: the output itself, as a sync execution gives it
+        content = await run_in_threadpool(npy_bytes, value)
+        return Response(content, media_type=NPY_MEDIA_TYPE, headers=dtype_header(value.dtype))
     return JSONResponse(result_document(value), headers=dtype_header(value.dtype))
 
 

@@ -25,7 +25,7 @@ from schemas.service import (
 )
 from service.api import descriptions
 from service.api.routers import ProcessID, dtype_header, npy_bytes, problems
-from service.api.routers.jobs import result_document, status_info
+from service.api.routers.jobs import raw_reference, result_document, status_info
 from service.api.state import Services, base_url, is_json, require_token, services
 from service.errors import NO_SUCH_PROCESS, ServiceError, bad_request, too_large
 
@@ -182,18 +182,18 @@ async def _read_request(request: Request, limit: int) -> ExecuteRequest:
 
 
 _EXECUTE_RESPONSES = {
-    200: {"description": "Sync result: the NPY (response raw, transmission value), a results document "
-                         "(response document), or a link to the stored result (response raw, transmission "
-                         "reference)",
+    200: {"description": "Sync result: the NPY (response raw, transmission value) or a results document "
+                         "(response document)",
           "content": {NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}},
-                      "application/json": {"schema": {"anyOf": [
-                          {"$ref": "#/components/schemas/Results"},
-                          {"$ref": "#/components/schemas/ResultLink"}]}}},
+                      "application/json": {"schema": {"$ref": "#/components/schemas/Results"}}},
           "headers": {"X-Array-Dtype": {"description": "bfloat16 or complex32 when the NPY holds those types' "
                                                        "raw bits", "schema": {"type": "string"}},
                       "Link": {"description": "the job this execution created (rel monitor), and the stored "
                                               "result (rel related, transmission reference)",
                                "schema": {"type": "string"}}}},
+    204: {"description": "Sync result of response raw with transmission reference: no content, a Link header to "
+                         "the stored result (rel related, title result) and to the job (rel monitor)",
+          "headers": {"Link": {"description": "the stored result and the job", "schema": {"type": "string"}}}},
     201: {"model": StatusInfo, "description": "Job created (Prefer: respond-async)",
           "headers": {"Location": {"description": "the job's URL", "schema": {"type": "string"}},
                       "Preference-Applied": {"description": "respond-async", "schema": {"type": "string"}}},
@@ -255,9 +255,11 @@ async def execute(process_id: ProcessID, request: Request, svc: Services = Depen
     # /req/core/job-results-success-sync: the job this execution created, as rel=monitor
     monitor = f'<{base}/jobs/{job_id}>; rel="monitor"'
     if value is None:  # stored: a link
+        if plan.response == "raw":  # /req/core/process-execute-sync-raw-ref: 204, the output as a Link
+            return raw_reference(plan.result_name, base, monitor)
         link = {"href": f"/arrays/{plan.result_name}", "type": NPY_MEDIA_TYPE}
-        body = {"result": link} if plan.response == "document" else link
-        return JSONResponse(body, headers={"Link": f'</arrays/{plan.result_name}>; rel="related", {monitor}'})
+        return JSONResponse({"result": link},
+                            headers={"Link": f'</arrays/{plan.result_name}>; rel="related", {monitor}'})
     headers = {**dtype_header(value.dtype), "Link": monitor}
     if plan.response == "document":
         return JSONResponse(result_document(value), headers=headers)

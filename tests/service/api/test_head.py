@@ -20,7 +20,7 @@ def resources(client) -> dict[str, str]:
     name = unique("head")
     put_array(client, name, np.arange(2 * 2 * 2 * 4, dtype=np.float32).reshape(1, 2, 2, 8))
     job = execute(client, "depth_to_space", {"x": {"href": f"/arrays/{name}"}, "block_size": 2},
-                  mode="reference", headers={"Prefer": "respond-async"})
+                  mode="reference", response="document", headers={"Prefer": "respond-async"})
     assert job.status_code == 201, job.text
     job_id = job.json()["jobID"]
     assert wait_job(client, job_id)["status"] == "successful"

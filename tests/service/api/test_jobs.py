@@ -15,8 +15,8 @@ import ops
 from service.api.app import create_app
 from service.jobs.records import JobRecords
 from tests.helpers import assert_same, random_array
-from tests.service.api.calls import (INVALID, OGC_EXC, OGC_REL, decode, decode_document, execute, ints, ops_error,
-                                     put_array, rng_for, store, unique, wait_job)
+from tests.service.api.calls import (INVALID, OGC_EXC, OGC_REL, assert_raw_reference, decode, decode_document,
+                                     execute, ints, ops_error, put_array, rng_for, store, unique, wait_job)
 from tests.service.conftest import NPY, assert_problem, make_settings
 
 NO_SUCH_JOB = OGC_EXC + "no-such-job"
@@ -31,7 +31,7 @@ RESULT_NOT_READY = OGC_EXC + "result-not-ready"
 def test_async_job_lifecycle(client):
     x = random_array(rng_for("async"), (2, 4, 6, 3), np.float32)
     href = store(client, x)
-    response = execute(client, "space_to_depth", {"x": href, "block_size": 2},
+    response = execute(client, "space_to_depth", {"x": href, "block_size": 2}, response="document",
                        headers={"Prefer": "respond-async"})
     assert response.status_code == 201, response.text
     info = response.json()
@@ -61,7 +61,8 @@ def test_async_job_reference(client):
     assert response.status_code == 201
     job_id = response.json()["jobID"]
     assert wait_job(client, job_id)["status"] == "successful"
-    assert client.get(f"/jobs/{job_id}/results").json() == {"result": {"href": f"/arrays/{name}", "type": NPY}}
+    # response raw (the default) with transmission reference: 204, the result as a Link
+    assert_raw_reference(client.get(f"/jobs/{job_id}/results"), name)
     assert_same(decode(client.get(f"/arrays/{name}")), ops.batch_to_space_nd(x, [2, 2], [[0, 1], [1, 0]]))
 
 
@@ -163,7 +164,8 @@ def test_restart_keeps_jobs_and_arrays(tmp_path):
     with TestClient(create_app(make_settings(tmp_path))) as first:
         put_array(first, "input", x)
         response = execute(first, "depth_to_space", {"x": {"href": "/arrays/input"}, "block_size": 2},
-                           mode="reference", name="kept", headers={"Prefer": "respond-async"})
+                           mode="reference", response="document", name="kept",
+                           headers={"Prefer": "respond-async"})
         assert response.status_code == 201
         job_id = response.json()["jobID"]
         before = wait_job(first, job_id)

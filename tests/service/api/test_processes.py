@@ -22,7 +22,8 @@ import pytest
 import ops
 from ops import dtypes
 from tests.helpers import assert_same, random_array
-from tests.service.api.calls import (INVALID, OGC_EXC, array_inputs, assert_dtype_header, check_stored,
+from tests.service.api.calls import (INVALID, OGC_EXC, array_inputs, assert_dtype_header, assert_raw_reference,
+                                     check_stored,
                                      check_stored_jobs, decode, decode_document, execute, ints, ops_call,
                                      ops_error, rng_for, store, unique, wait_job, wire)
 from tests.service.conftest import NPY, assert_problem, inline, npy_bytes
@@ -366,11 +367,9 @@ def test_document_reference_and_name_conflict(client):
 def test_unnamed_reference_is_named_after_the_job(client):
     response = execute(client, "space_to_depth", {"x": inline(ints((1, 2, 2, 1))), "block_size": 2},
                        mode="reference")
-    assert response.status_code == 200
-    href = response.json()["href"]
-    name = href.rsplit("/", 1)[1]
+    name = assert_raw_reference(response)
     assert client.get(f"/jobs/{name}").json()["processID"] == "space_to_depth"
-    assert decode(client.get(href)).tolist() == [[[[0, 1, 2, 3]]]]
+    assert decode(client.get(f"/arrays/{name}")).tolist() == [[[[0, 1, 2, 3]]]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,7 +397,7 @@ def test_zero_d_results(client, dtype):
     assert document.status_code == 200
     assert_same(decode_document(document.json()["result"], document.headers.get("x-array-dtype")), expected)
     response = execute(client, "gather_nd", {"params": store(client, params), "indices": inline(indices)},
-                       headers={"Prefer": "respond-async"})
+                       response="document", headers={"Prefer": "respond-async"})
     job_id = response.json()["jobID"]
     assert wait_job(client, job_id)["status"] == "successful"
     results = client.get(f"/jobs/{job_id}/results")
@@ -577,7 +576,7 @@ def test_inline_input_over_the_limit(small):
     assert small.put("/arrays/big-input", content=npy_bytes(x), headers={"Content-Type": NPY}).status_code == 201
     response = execute(small, "depth_to_space", {"x": {"href": "/arrays/big-input"}, "block_size": 2},
                        mode="reference", name="big-output")
-    assert response.status_code == 200, response.text
+    assert_raw_reference(response, "big-output")
     assert_same(decode(small.get("/arrays/big-output")), ops.depth_to_space(x, 2))
     # a body far over the limit is refused before it is parsed
     huge = {"value": "A" * (3 * 2**20), "encoding": "base64", "mediaType": NPY}
@@ -597,7 +596,7 @@ def test_inline_result_over_the_limit(small):
     # from a stored input the cluster computes it
     name = unique("padded")
     response = execute(small, "space_to_batch", {"x": store(small, x), **kwargs}, mode="reference", name=name)
-    assert response.status_code == 200, response.text
+    assert_raw_reference(response, name)
     assert_same(decode(small.get(f"/arrays/{name}")), ops.space_to_batch(x, 2, [[6, 6], [6, 6]]))
     # an async job asked for an inline result over the limit fails with that error, before computing
     response = execute(small, "space_to_batch", {"x": {"href": f"/arrays/{name}"}, "block_size": 1,
