@@ -72,7 +72,7 @@ def limits(*, max_blocks: int | None = None, max_tasks: int | None = None, max_b
         Blocks of an operator's output. Unset (outside any block): 10,000,000.
     max_tasks : int, optional
         Tasks of the graph an operator adds (an estimate from the chunks: for GatherNd with
-        lazy indices, about indices blocks x params blocks). Unset: no limit.
+        lazy indices, about 4 x (indices blocks + params blocks)). Unset: no limit.
     max_bytes : int, optional
         Bytes of an operator's output, checked where the output's shape and dtype are known
         before the graph is built. Unset: no limit.

@@ -274,8 +274,8 @@ def scratch(url, storage_options: Mapping | None = None):
     GatherNd with lazy (Dask) indices into params larger than a quarter of Dask's
     ``array.chunk-size`` is an all-to-all: with a scratch store its gathered rows go through
     files there, and its graph stays linear in the blocks with about one block per task;
-    without one they go through worker memory, a task per (indices block, params block)
-    pair. The store is read when the graph is built, so build inside the block (computing
+    without one they go through worker memory, exchanged between groups of blocks (a
+    graph linear in the blocks too, but a group's task holds its share of the rows). The store is read when the graph is built, so build inside the block (computing
     may happen later). Every worker must reach it: a local directory on one machine, or an
     fsspec URL (``s3://bucket/tmp``) on a cluster. A finished gather removes its own files;
     a failed one leaves them under ``<url>/gather_nd-*``.

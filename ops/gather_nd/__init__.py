@@ -2,7 +2,9 @@
 
 One concern per module, imports pointing down the list:
 - ``graph``: the in-memory Dask graphs and the rule that picks a plan;
+- ``exchange``: the all-to-all inside the graph, through groups of blocks;
 - ``scratch_graph``: the all-to-all through a scratch store;
+- ``layer``: a graph layer whose tasks are made only when the graph is materialised;
 - ``plan``: planning on chunk tuples and index arrays;
 - ``kernel``: NumPy only, the kernel and the functions tasks run on blocks.
 """

@@ -13,15 +13,14 @@ Plans, by what is lazy:
     it once to each worker);
   * larger Dask params with a scratch store set (``ops.scratch``): the exchange goes through
     files (``scratch_graph._build_scratch``);
-  * larger Dask params without one (``_build_shuffle``): the same exchange inside the graph,
-    a request and a piece task per (indices block, params block) pair, all pieces in worker
-    memory at once.
+  * larger Dask params without one (``exchange._build_exchange``): the same exchange inside
+    the graph, through groups of indices blocks and groups of params blocks, linear in the
+    blocks, the rows in worker memory.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 
 import dask.array as da
 import numpy as np
@@ -29,14 +28,12 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from ops import _chunks, _lazy, _limits
-from ops.gather_nd import scratch_graph
+from ops.gather_nd import exchange, scratch_graph
 from ops.gather_nd.kernel import (
     _assemble,
-    _assemble_requests,
     _coordinates,
     _gather_block,
     _gather_bucket,
-    _serve,
     check_index_values,
     gather_nd_kernel,
 )
@@ -47,7 +44,6 @@ from ops.gather_nd.plan import (
     _graph_size,
     _lead_chunks,
     _locate,
-    _split_requests,
 )
 
 
@@ -59,7 +55,7 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
       built without a read.
     - Lazy indices, params NumPy or at most ``_broadcast_limit()`` bytes: ``_build_broadcast``.
     - Lazy indices, larger params, a scratch store (``scratch``, a Scratch): ``scratch_graph._build_scratch``.
-    - Lazy indices, larger params, no scratch store: ``_build_shuffle``.
+    - Lazy indices, larger params, no scratch store: ``exchange._build_exchange``.
     """
     lazy_params, lazy_indices = isinstance(params, da.Array), isinstance(indices, da.Array)
     if not lazy_indices and not lazy_params:
@@ -77,11 +73,11 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
         _check_size("broadcast", lead, params.npartitions if lazy_params else 1, 1)
         return _build_broadcast(params, indices, b, negative, out_shape)
     merged = b + indices.shape[-1]
-    plan = "scratch" if scratch is not None else "shuffle"
+    plan = "scratch" if scratch is not None else "exchange"
     _check_size(plan, lead, math.prod(params.numblocks[:merged]), math.prod(params.numblocks[merged:]))
     if scratch is not None:
         return scratch_graph._build_scratch(params, indices, b, negative, out_shape, scratch)
-    return _build_shuffle(params, indices, b, negative, out_shape)
+    return exchange._build_exchange(params, indices, b, negative, out_shape)
 
 
 def _check_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -> None:
@@ -160,45 +156,4 @@ def _build_broadcast(params, indices: da.Array, b: int, negative: bool, out_shap
     }
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
     chunks = (*lead_chunks, *((n,) for n in params.shape[b + c :]))
-    return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))
-
-
-def _build_shuffle(params: da.Array, indices: da.Array, b: int, negative: bool, out_shape):
-    """Lazy indices, large params: requests per params block, served once, reassembled."""
-    c = indices.shape[-1]
-    merged = b + c
-    token = tokenize(params, indices, b, negative)
-    split, request, serve, piece = (
-        f"gather_nd-{part}-{token}" for part in ("split", "request", "serve", "piece")
-    )
-    name = f"gather_nd-{token}"
-    lead_blocks = list(np.ndindex(*indices.numblocks[:-1]))
-    params_blocks = list(np.ndindex(*params.numblocks[:merged]))
-    slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
-    layer = {}
-    for i, index in enumerate(lead_blocks):
-        layer[(split, i)] = (
-            _split_requests, (indices.name, *index, 0), params.shape, params.chunks[:merged],
-            b, negative, _block_offsets(indices.chunks, index),
-        )
-        for h in range(len(params_blocks)):
-            layer[(request, i, h)] = (dict.get, (split, i), h)
-    for h, block in enumerate(params_blocks):
-        for s in slice_blocks:
-            layer[(serve, h, *s)] = (
-                _serve, (params.name, *block, *s), *[(request, i, h) for i in range(len(lead_blocks))]
-            )
-            for i in range(len(lead_blocks)):
-                layer[(piece, h, i, *s)] = (operator.getitem, (serve, h, *s), i)
-    for i, index in enumerate(lead_blocks):
-        shape_lead = tuple(indices.chunks[k][j] for k, j in enumerate(index))
-        for s in slice_blocks:
-            shape = shape_lead + tuple(params.chunks[merged + k][j] for k, j in enumerate(s))
-            layer[(name, *index, *s)] = (
-                _assemble_requests, shape, params.dtype, len(index),
-                [(piece, h, i, *s) for h in range(len(params_blocks))],
-                [(request, i, h) for h in range(len(params_blocks))],
-            )
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
-    chunks = (*indices.chunks[:-1], *params.chunks[merged:])
     return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))

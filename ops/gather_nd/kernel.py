@@ -122,20 +122,6 @@ def _assemble(shape, dtype, lead_ndim: int, parts):
     return out
 
 
-def _serve(block, *requests):
-    """Rows of one params block for each indices block's request (None where none)."""
-    return [None if r is None else _take(block, r[1]) for r in requests]
-
-
-def _assemble_requests(shape, dtype, lead_ndim: int, pieces, requests):
-    out = np.empty(shape, dtype)
-    rows = out.reshape(math.prod(shape[:lead_ndim]), *shape[lead_ndim:])
-    for piece, request in zip(pieces, requests):
-        if request is not None:
-            _scatter_rows(rows, request[0], piece)
-    return out
-
-
 def _block_rows(local: list[np.ndarray], blocks: list[np.ndarray], chunks) -> np.ndarray:
     """Each tuple's row within its params block with the merged dims flattened (C order)."""
     rows = np.zeros(len(local[0]) if local else 0, np.int64)
@@ -165,3 +151,98 @@ def _runs(items: np.ndarray, sizes: np.ndarray, limit: int):
 def _as_bytes(array: np.ndarray) -> memoryview:
     """The bytes of an array in C order (any dtype, including ml_dtypes' bfloat16)."""
     return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
+# ---------------------------------------------------------------------------------------------
+# The grouped exchange (``exchange``): lazy indices, params too large to send to every block.
+# Requests travel index group -> params group -> params block, rows come back the same way;
+# each function below is one stage's task.
+
+
+def _exchange_requests(grid, params_shape, b: int, negative: bool, group_size: int, groups: int,
+                       index_blocks, offsets):
+    """One group of consecutive indices blocks: its tuples checked, located in params, and
+    sorted by the params block they hit (stably: within a block, in the group's own order).
+
+    Returns ``(hit, rows, dest, group_starts)``: the params block and the row in it (merged
+    dims flattened) of every request, where its row goes among the group's output rows (the
+    blocks' tuples one block after the other, each in C order), and where each group of
+    ``group_size`` params blocks starts among the requests.
+    """
+    coords = []
+    for indices, offset in zip(index_blocks, offsets):
+        check_index_values(indices, params_shape[b : b + indices.shape[-1]], negative, b, offset)
+        coords.append([np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)])
+    coords = [np.concatenate(axis) for axis in zip(*coords)]
+    hit, rows = grid.locate(coords)
+    # A stable sort of small integer keys is a radix sort in NumPy: linear time.
+    order = np.argsort(hit.astype(np.uint16) if grid.blocks <= 2**16 else hit, kind="stable")
+    hit = hit[order]
+    group_starts = np.searchsorted(hit, np.arange(groups + 1, dtype=np.int64) * group_size)
+    return hit, rows[order], order, group_starts
+
+
+def _exchange_request_piece(requests, g: int):
+    """The requests of one indices group for params group ``g``: (hit, rows)."""
+    hit, rows, _, starts = requests
+    return hit[starts[g] : starts[g + 1]], rows[starts[g] : starts[g + 1]]
+
+
+def _exchange_route(first: int, count: int, *pieces):
+    """Every request for params blocks ``first .. first + count - 1``, from each indices group
+    in turn: (rows, where each block's rows start, requests per block and indices group)."""
+    hit = np.concatenate([p[0] for p in pieces]) - first
+    rows = np.concatenate([p[1] for p in pieces])
+    source = np.repeat(np.arange(len(pieces), dtype=np.int64), [len(p[0]) for p in pieces])
+    order = np.argsort(hit, kind="stable")  # by block, then indices group, then request
+    starts = np.searchsorted(hit[order], np.arange(count + 1, dtype=np.int64))
+    counts = np.bincount(hit * len(pieces) + source, minlength=count * len(pieces)).reshape(count, len(pieces))
+    return rows[order], starts, counts
+
+
+def _exchange_route_piece(routed, k: int):
+    """The requests for the ``k``-th block of a params group: (rows, counts per indices group)."""
+    rows, starts, counts = routed
+    return rows[starts[k] : starts[k + 1]], counts[k]
+
+
+def _exchange_serve(block: np.ndarray, merged: int, request):
+    """One params block's rows for its requests, in their order, and their counts."""
+    rows, counts = request
+    return np.take(_rows_view(block, merged), rows, axis=0), counts
+
+
+def _exchange_collect(*served):
+    """A params group's served rows reordered by indices group (then block, then request):
+    (rows, where each indices group's rows start)."""
+    rows = np.concatenate([s[0] for s in served])
+    counts = np.stack([s[1] for s in served])  # [block, indices group]
+    lengths = counts.T.reshape(-1)  # segments in (indices group, block) order
+    starts = (np.cumsum(counts.reshape(-1)) - counts.reshape(-1)).reshape(counts.shape).T.reshape(-1)
+    order = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+    group_rows = counts.sum(axis=0)
+    return np.take(rows, order, axis=0), np.concatenate([[0], np.cumsum(group_rows)])
+
+
+def _exchange_response_piece(collected, j: int):
+    """The rows a params group serves to indices group ``j``."""
+    rows, starts = collected
+    return rows[starts[j] : starts[j + 1]]
+
+
+def _exchange_gather(requests, row_shape, dtype, *pieces):
+    """An indices group's output rows: the pieces of every params group, in params block
+    order, are its requests' rows in their sorted order; each goes to its destination."""
+    dest = requests[2]
+    out = np.empty((len(dest), *row_shape), dtype)
+    start = 0
+    for piece in pieces:
+        if len(piece):
+            _scatter_rows(out, dest[start : start + len(piece)], piece)
+            start += len(piece)
+    return out
+
+
+def _rows_block(rows: np.ndarray, start: int, stop: int, shape) -> np.ndarray:
+    """One output block of a group of rows: its rows, in its shape (a view)."""
+    return rows[start:stop].reshape(shape)

@@ -1,15 +1,15 @@
 """GatherNd's planning on chunk tuples and index arrays: which params block each tuple hits
-and where in it, tuples bucketed by the block they hit, output chunks along the tuples, and
-the size up to which params goes whole to every indices block."""
+and where in it, tuples bucketed by the block they hit, output chunks along the tuples, the
+size up to which params goes whole to every indices block, and the groups of the exchange."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ops import _chunks
-from ops.gather_nd.kernel import _coordinates, check_index_values
 
 
 def _broadcast_limit() -> int:
@@ -73,18 +73,69 @@ def _block_offsets(chunks, index) -> list[int]:
     return [sum(chunks[k][:i]) for k, i in enumerate(index)]
 
 
-def _split_requests(indices, params_shape, params_chunks, b, negative, offset):
-    """One indices block's tuples as requests per params block: {hit: (positions, local)}."""
-    c = indices.shape[-1]
-    check_index_values(indices, params_shape[b : b + c], negative, b, offset)
-    coords = [np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)]
-    hit, local = _locate(coords, params_chunks)
-    order, hits, starts, stops = _buckets(hit, math.prod(len(c) for c in params_chunks))
-    local = [coord[order] for coord in local]
-    return {
-        int(h): (order[start:stop], [coord[start:stop] for coord in local])
-        for h, start, stop in zip(hits, starts, stops)
-    }
+@dataclass(frozen=True, eq=False)
+class BlockGrid:
+    """The blocks of params' merged dims, to locate tuples in when a task runs: per axis the
+    chunk size when the chunks are regular (the last may be short), else the boundaries.
+    Built once per graph in O(chunks along each axis), with NumPy."""
+
+    numblocks: tuple[int, ...]
+    lengths: tuple[int, ...]
+    sizes: tuple[int | None, ...]
+    bounds: tuple[np.ndarray | None, ...]
+
+    @classmethod
+    def of(cls, chunks) -> BlockGrid:
+        sizes, bounds = [], []
+        for axis_chunks in chunks:
+            lengths = np.asarray(axis_chunks, dtype=np.int64)
+            size = int(lengths[0])
+            if size and (lengths[:-1] == size).all() and lengths[-1] <= size:
+                sizes.append(size)
+                bounds.append(None)
+            else:
+                sizes.append(None)
+                bounds.append(np.concatenate([[0], np.cumsum(lengths)]))
+        return cls(tuple(len(c) for c in chunks), tuple(sum(c) for c in chunks), tuple(sizes), tuple(bounds))
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.numblocks)
+
+    def locate(self, coords: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """For flat coordinate arrays (values in range): the flat block each tuple hits and its
+        row in that block, the block's merged dims flattened in C order."""
+        block = np.zeros(len(coords[0]) if coords else 0, np.int64)
+        row = np.zeros_like(block)
+        for coord, n, total, size, bounds in zip(coords, self.numblocks, self.lengths, self.sizes, self.bounds):
+            if size is not None:
+                k = coord // size
+                start = k * size
+                length = np.minimum(size, total - start)
+            else:
+                k = np.searchsorted(bounds, coord, side="right") - 1
+                start, length = bounds[k], bounds[k + 1] - bounds[k]
+            block = block * n + k
+            row = row * length + (coord - start)
+        return block, row
+
+
+def _exchange_groups(params_blocks: int, index_blocks: int) -> tuple[int, int, int, int]:
+    """(params groups, params blocks per group, indices groups, indices blocks per group) for
+    the exchange (``exchange``).
+
+    Requests and rows cross between the two kinds of groups through one small task per pair
+    of groups, so the pairs, (G + 1)(J + 1), are kept within P + I (the two block counts):
+    the graph is then linear in P + I, at most 4 (P + I) tasks and fewer edges. Within that,
+    G and J are about equal (both about sqrt(P + I), or all the blocks of the smaller side),
+    so the largest group task holds about 1/sqrt(P + I) of the requests or the output rows.
+    """
+    total = params_blocks + index_blocks
+    groups = min(params_blocks, max(1, math.isqrt(total) - 1))
+    index_groups = min(index_blocks, max(1, total // (groups + 1) - 1))
+    groups = min(params_blocks, max(1, total // (index_groups + 1) - 1))
+    per_group, per_index_group = -(-params_blocks // groups), -(-index_blocks // index_groups)
+    return -(-params_blocks // per_group), per_group, -(-index_blocks // per_index_group), per_index_group
 
 
 def _graph_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -> tuple[int, int]:
@@ -93,16 +144,27 @@ def _graph_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -
     ``hits`` of them hit; all of them for ``broadcast``), ``slices`` blocks of the slice a
     tuple takes (1 for ``broadcast``: params is one block)."""
     blocks = lead * slices
+    if plan == "exchange":
+        return blocks, exchange_tasks(lead, params, slices)
     tasks = {
         # a gather per hit block and slice block, an assembly per output block
         "concrete": (lead + hits) * slices,
         # params merged into one block, a gather per indices block
         "broadcast": params + lead,
-        # a split per indices block, a request and a piece per (indices block, params block)
-        # pair and slice block, a serve per params block, an assembly per output block
-        "shuffle": lead * (1 + params) + params * slices * (1 + lead) + blocks,
         # splits and assemblies per run of indices blocks, a serve per group of params blocks
         # (holding each block's key), a view per output block
         "scratch": lead + params * slices + 2 * blocks,
     }[plan]
     return blocks, tasks
+
+
+def exchange_tasks(lead: int, params: int, slices: int) -> int:
+    """Tasks of the exchange (``exchange``) for ``lead`` indices blocks, ``params`` blocks of
+    params' merged dims and ``slices`` blocks of the slice: the grid of params' blocks; per
+    indices group its requests, and a piece per params group; per params group its routed
+    requests, and per params block its share of them; then per slice block a serve per
+    params block, a collection per params group, a piece per pair of groups, a gather per
+    indices group and a view per output block."""
+    groups, _, index_groups, _ = _exchange_groups(params, lead)
+    requests = index_groups * (1 + groups) + groups + params
+    return 1 + requests + slices * (params + groups + groups * index_groups + index_groups + lead)

@@ -44,9 +44,9 @@ def test_a_padding_past_max_blocks_is_refused_at_once():
     assert (error.limit, error.count, error.allowed) == ("max_blocks", 500_004, 100_000)
 
 
-def _gather_shuffle():
-    """Lazy indices into params too large to broadcast (with a 64 KiB chunk size): a request
-    and a piece task per (indices block, params block) pair, 1000 x 1000 of them."""
+def _gather_exchange():
+    """Lazy indices into params too large to broadcast (with a 64 KiB chunk size): the grouped
+    exchange over 1000 indices blocks and 1000 params blocks."""
     params = da.zeros((1000, 4), chunks=(1, 4))
     indices = da.zeros((1000, 1), dtype=np.int64, chunks=1)
     with dask.config.set({"array.chunk-size": "64KiB"}):
@@ -74,13 +74,15 @@ def test_every_looping_operator_counts_its_blocks_first(make, call, needles):
         refused(lambda: call(x), *needles, "10000 allowed (max_blocks)")
 
 
-def test_gather_nd_counts_index_blocks_times_params_blocks():
-    with ops.limits(max_tasks=1_000_000):
-        error = refused(_gather_shuffle, "gather_nd:", "1000000 allowed (max_tasks)", "larger chunks")
-    assert error.count > 1_000_000
-    fewer = da.zeros((100, 1), dtype=np.int64, chunks=(10, 1))  # 100 x fewer index blocks: built
-    with ops.limits(max_tasks=1_000_000), dask.config.set({"array.chunk-size": "64KiB"}):
-        assert ops.gather_nd(da.zeros((1000, 4), chunks=(1, 4)), fewer).shape == (100, 4)
+def test_gather_nd_counts_the_exchange_tasks_first():
+    # Counted before anything is built: linear in the blocks (at most 4 x (1000 + 1000) + 4,
+    # where a task per pair of blocks made a million), and exactly the tasks then built.
+    with ops.limits(max_tasks=1_000):
+        error = refused(_gather_exchange, "gather_nd:", "1000 allowed (max_tasks)", "larger chunks")
+    assert 1_000 < error.count <= 4 * (1000 + 1000) + 4
+    with ops.limits(max_tasks=error.count):
+        y = _gather_exchange()
+    assert len(y.__dask_graph__().layers[y.name]) == error.count
 
 
 def test_max_bytes_refuses_a_gather_before_planning():

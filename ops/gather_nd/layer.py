@@ -1,0 +1,98 @@
+"""A graph layer of several stages whose tasks are made only when the graph is materialised.
+
+Dask's own array operations build in constant time because their layers are symbolic: a
+``Blockwise`` layer knows how to make the task of any block and makes them all only when the
+graph is optimised or run. ``StagedLayer`` does the same for a plan of several stages (its
+intermediate keys included): building it costs the description of its stages, and its task
+count is arithmetic, so neither a call nor ``len(graph)`` loops over blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from dask.highlevelgraph import Layer
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The tasks ``(name, *index) -> make(index)`` for every index of the grid ``shape``.
+
+    ``make`` gets the index as a tuple of ints and returns a task (Dask's tuple form).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    make: Callable[[tuple[int, ...]], object]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def keys(self):
+        return ((self.name, *index) for index in np.ndindex(*self.shape))
+
+
+class StagedLayer(Layer):
+    """The tasks of ``stages``, made on first use; ``literals`` are data keys (key -> value).
+
+    Every key of every stage is an output key (Dask culls a layer by following the keys it
+    lists there, so intermediates must be listed too); listing them makes no task.
+    """
+
+    def __init__(self, stages: list[Stage], literals: dict | None = None):
+        super().__init__()
+        self.stages, self.literals = list(stages), dict(literals or {})
+        self._tasks: dict | None = None
+
+    @property
+    def _dict(self) -> dict:
+        if self._tasks is None:
+            tasks = dict(self.literals)
+            for stage in self.stages:
+                make = stage.make
+                for index in np.ndindex(*stage.shape):
+                    index = tuple(map(int, index))
+                    tasks[(stage.name, *index)] = make(index)
+            self._tasks = tasks
+        return self._tasks
+
+    def __getstate__(self):
+        # Pickled as its recipe, never as its tasks (nor the cached properties of Layer).
+        state = dict(self.__dict__)
+        state["_tasks"] = None
+        state.pop("has_legacy_tasks", None)
+        return state
+
+    def is_materialized(self) -> bool:
+        return self._tasks is not None
+
+    def get_output_keys(self):
+        return {*self.literals, *(key for stage in self.stages for key in stage.keys())}
+
+    def __getitem__(self, key):
+        return self._dict[key]
+
+    def __iter__(self):
+        return iter(self._dict)
+
+    def __len__(self) -> int:
+        return len(self.literals) + sum(stage.size for stage in self.stages)
+
+    def __contains__(self, key) -> bool:
+        if self._tasks is not None:
+            return key in self._tasks
+        if key in self.literals:
+            return True
+        if isinstance(key, tuple) and key:
+            for stage in self.stages:
+                if key[0] == stage.name and len(key) == 1 + len(stage.shape):
+                    return all(isinstance(i, (int, np.integer)) and 0 <= i < n for i, n in zip(key[1:], stage.shape))
+        return False
+
+    def __repr__(self) -> str:
+        state = "materialised" if self.is_materialized() else "lazy"
+        return f"StagedLayer<{self.stages[-1].name}, {len(self.stages)} stages, {len(self)} tasks, {state}>"
