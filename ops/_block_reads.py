@@ -21,7 +21,9 @@ import functools
 
 import numpy as np
 from dask.array.core import getter, getter_inline, getter_nofancy
+from dask.blockwise import Blockwise
 from dask.core import istask
+from dask.layers import ArraySliceDep
 
 try:  # Dask's task objects (2024.12+); private, so a Dask without them means "no region reads"
     from dask._task_spec import DataNode, GraphNode, Task, TaskRef
@@ -67,17 +69,29 @@ def _parse(task, ndim: int, graph):
 
 
 class BlockReads:
-    """Tasks that read a region of a block of ``x`` from its source; build with ``of(x)``."""
+    """Tasks that read a region of a block of an array from its source; build with ``of(x)``.
 
-    def __init__(self, x, plans, layers):
-        self.x = x
-        self.plans = plans
+    Holds no Dask array and no task per block: what a read needs (the getter, the source's
+    key, the array's chunk boundaries) is a few tuples, so a lazy graph layer can carry it
+    to where its tasks are made (the scheduler) at no cost.
+    """
+
+    def __init__(self, func, source, bounds, extra, layers):
+        self.func, self.source, self.extra = func, source, extra
+        #: Per axis, the array's chunk boundaries (0, c0, c0 + c1, ...).
+        self.bounds = bounds
         #: The graph layers the read tasks depend on (the sources), besides x's own.
         self.layers = layers
 
     @classmethod
     def of(cls, x):
-        """``BlockReads`` for ``x``, or None when x's blocks are not plain source reads."""
+        """``BlockReads`` for ``x``, or None when x's blocks are not plain source reads.
+
+        A Blockwise read layer (``da.from_array``, ``da.from_zarr``) makes every block with
+        the same getter from one slice dependency: its first and last blocks, made alone,
+        show the pattern. A layer of materialised tasks is checked block by block (it is
+        as large as that already).
+        """
         graph = x.dask
         layer = graph.layers.get(x.name)
         if layer is None or x.npartitions == 0:
@@ -86,32 +100,50 @@ class BlockReads:
         values = {}
         for name in sources:
             values.update(graph.layers[name])
-        first = layer.get((x.name, *(0,) * x.ndim))
-        if _parse(first, x.ndim, values) is None:  # cheap refusal before looking at every block
-            return None
-        plans = {}
-        for index in np.ndindex(*x.numblocks):
-            parsed = _parse(layer.get((x.name, *index)), x.ndim, values)
+        bounds = tuple(tuple(int(b) for b in np.cumsum((0, *c))) for c in x.chunks)
+        last = tuple(n - 1 for n in x.numblocks)
+        if isinstance(layer, Blockwise):
+            if not any(isinstance(dep, ArraySliceDep) for dep in layer.io_deps.values()):
+                return None
+            samples = list(dict.fromkeys([(0,) * x.ndim, last]))
+            tasks = dict(layer._cull(set(samples)))
+            tasks = {index: tasks.get((x.name, *index)) for index in samples}
+        else:
+            tasks = {index: layer.get((x.name, *index)) for index in np.ndindex(*x.numblocks)}
+        first = None
+        for index, task in tasks.items():
+            parsed = _parse(task, x.ndim, values)
             if parsed is None:
                 return None
-            plans[index] = parsed
-        return cls(x, plans, set(sources))
+            func, source, slices, extra = parsed
+            if first is None:
+                first = (func, source, extra)
+            expected = _block_slices(bounds, index)
+            if (func, source, extra) != first or [(s.start, s.stop) for s in slices] != [
+                    (s.start, s.stop) for s in expected]:
+                return None
+        return cls(*first[:2], bounds, first[2], set(sources))
 
     def read(self, index, local=None):
-        """A task (legacy tuple) reading ``x``'s block ``index``, restricted to the slices
-        ``local`` (relative to the block; None: the whole block)."""
-        func, source, slices, extra = self.plans[tuple(index)]
+        """A task (legacy tuple) reading block ``index``, restricted to the slices ``local``
+        (relative to the block; None: the whole block)."""
+        slices = _block_slices(self.bounds, index)
         if local is not None:
             slices = tuple(
                 slice(s.start + (lo.start or 0), s.start + (s.stop - s.start if lo.stop is None else lo.stop))
                 for s, lo in zip(slices, local)
             )
-        return (func, source, slices, *extra)
+        return (self.func, self.source, slices, *self.extra)
 
     def reader(self, index):
-        """A task whose value is a function of no arguments that reads ``x``'s block ``index``:
-        for a task that reads several blocks one at a time."""
+        """A task whose value is a function of no arguments that reads block ``index``: for a
+        task that reads several blocks one at a time."""
         return (functools.partial, *self.read(index))
+
+
+def _block_slices(bounds, index) -> tuple[slice, ...]:
+    """The slices of block ``index`` of an array whose chunk boundaries are ``bounds``."""
+    return tuple(slice(b[k], b[k + 1]) for b, k in zip(bounds, index))
 
 
 def refined(chunks, new_chunks):

@@ -1,27 +1,58 @@
-"""What the SpaceToBatchND and BatchToSpaceND graph builders share: the graph of a layer over
-the input's tasks or over its source reads alone, and the input's largest block in bytes."""
+"""What the SpaceToBatchND and BatchToSpaceND graph builders share: the input as a plan sees
+it, the lazy output array of a plan's tasks, and the input's largest block in bytes."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dask.array as da
+import numpy as np
 from dask.highlevelgraph import HighLevelGraph
 
+from ops import _lazy
+from ops._lazy_layer import LazyLayer
 
-def _graph(name: str, layer: dict, x: da.Array, reads) -> HighLevelGraph:
-    """The graph of ``layer`` on top of x's; with region reads, on top of x's sources only
-    (x's own block tasks are not used, and would only be culled)."""
+
+@dataclasses.dataclass(frozen=True)
+class _Input:
+    """What a plan's tasks need of the input array: its name (the keys of its blocks), chunks
+    and dtype. Small and picklable, unlike the array and its graph."""
+
+    name: str
+    chunks: tuple
+    dtype: np.dtype
+
+    @classmethod
+    def of(cls, x: da.Array) -> _Input:
+        return cls(x.name, x.chunks, x.dtype)
+
+    @property
+    def numblocks(self) -> tuple[int, ...]:
+        return tuple(map(len, self.chunks))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.chunks)
+
+
+def _lazy_array(name: str, chunks, x: da.Array, reads, make, *args) -> da.Array:
+    """The array ``name`` with ``chunks`` whose tasks ``make(*args)`` makes when the graph is
+    materialised (``LazyLayer``): on top of x's graph, or with region reads on top of x's
+    sources only (x's own block tasks are not used, and would only be culled)."""
+    layer = LazyLayer(name, tuple(map(len, chunks)), make, *args)
     if reads is None:
-        return HighLevelGraph.from_collections(name, layer, dependencies=[x])
-    used = any(x.name in deps for deps in x.dask.dependencies.values())
-    layers = {k: v for k, v in x.dask.layers.items() if k != x.name or used}
-    dependencies = {k: set(v) for k, v in x.dask.dependencies.items() if k in layers}
-    layers[name] = layer
-    dependencies[name] = set(reads.layers)
-    return HighLevelGraph(layers, dependencies)
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    else:
+        used = any(x.name in deps for deps in x.dask.dependencies.values())
+        layers = {k: v for k, v in x.dask.layers.items() if k != x.name or used}
+        dependencies = {k: set(v) for k, v in x.dask.dependencies.items() if k in layers}
+        layers[name] = layer
+        dependencies[name] = set(reads.layers)
+        graph = HighLevelGraph(layers, dependencies)
+    return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
-def _largest_block_bytes(x: da.Array) -> int:
+def _largest_block_bytes(x) -> int:
     """The bytes of x's largest block (its largest chunk on every axis)."""
     return math.prod(max(c) if c else 0 for c in x.chunks) * x.dtype.itemsize

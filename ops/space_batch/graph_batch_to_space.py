@@ -28,8 +28,8 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ops import _block_reads, _chunks, _fused_stores, _lazy
-from ops.space_batch.graph import _graph, _largest_block_bytes
+from ops import _block_reads, _chunks, _fused_stores, _lazy, _lazy_layer
+from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array
 from ops.space_batch.kernel import (
     _batch_to_space_block,
     _batch_to_space_bundle_blocks,
@@ -54,14 +54,22 @@ from ops.space_batch.plan import (
 def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.Array:
     """BatchToSpaceND of a Dask array: the graph of the strategy ``_choose_batch_to_space`` picks."""
     plan = _BatchToSpacePlan.of(x, block_shape, crops, out_shape)
-    return _choose_batch_to_space(plan)(plan)
+    strategy = _choose_batch_to_space(plan)
+    if strategy is _build_batch_to_space_blockwise:
+        return strategy(plan)
+    # The other strategies' tasks are made when the graph is materialised (``LazyLayer``),
+    # from the plan with the input as its name, chunks and dtype (not the array and its graph).
+    shifted = strategy in (_batch_to_space_single_shifted_tasks, _batch_to_space_shifted_tasks)
+    chunks = plan.shifted_chunks if shifted else plan.out_chunks
+    lite = dataclasses.replace(plan, x=_Input.of(plan.x))
+    return _lazy_array(plan.name, chunks, plan.x, plan.source, strategy, lite)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _BatchToSpacePlan:
     """What every BatchToSpaceND strategy builds from."""
 
-    x: da.Array  #: the input, rechunked to ``in_chunks`` unless its tasks read the source
+    x: da.Array | _Input  #: the input, rechunked to ``in_chunks`` unless its tasks read the source
     block_shape: tuple
     source: _block_reads.BlockReads | None  #: x's source, when the tasks read it themselves
     pieces: list | None  #: per axis, each chunk of in_chunks as (source chunk, local slice)
@@ -82,12 +90,13 @@ class _BatchToSpacePlan:
         # From an object store too: a split block is then downloaded P times, but the rechunk
         # plan holds P pieces of every block in worker memory, which with s3fs's buffers on top
         # is more than small (384 MiB) workers survive.
+        # Otherwise x is split (lazily) or rechunked to the plan's chunks.
         source = _block_reads.BlockReads.of(x)
-        pieces = source and _block_reads.refined(x.chunks, in_chunks)
-        if pieces is None:
-            source = None
+        pieces = _block_reads.refined(x.chunks, in_chunks)
+        if source is None or pieces is None:
             if in_chunks != x.chunks:
-                x = x.rechunk(in_chunks)
+                x = x.rechunk(in_chunks) if pieces is None else _lazy_layer.split(x, in_chunks, pieces)
+            source = pieces = None
         m = len(block_shape)
         local_crops = [
             _local_crops(in_chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
@@ -152,11 +161,11 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     else a task per block reading one block of each group.
     """
     if plan.single and plan.unsplit and plan.shifted is not None:
-        return _build_batch_to_space_single_shifted
+        return _batch_to_space_single_shifted_tasks
     if plan.single and plan.unsplit and plan.keeps_every_block:
         return _build_batch_to_space_blockwise
     if plan.single:
-        return _build_batch_to_space_single
+        return _batch_to_space_single_tasks
     # Each output block reads a part of P source chunks (one per group), and each of those
     # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
     # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
@@ -165,14 +174,15 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0, one: deploy/README.md).
     bundled = plan.source is not None and plan.groups * _largest_block_bytes(plan.x) <= _chunks.target_bytes() // 2
     if bundled and plan.shifted is not None:
-        return _build_batch_to_space_shifted
+        return _batch_to_space_shifted_tasks
     if bundled:
-        return _build_batch_to_space_bundles
-    return _build_batch_to_space_groups
+        return _batch_to_space_bundles_tasks
+    return _batch_to_space_groups_tasks
 
 
 # ---------------------------------------------------------------------------------------------
-# The strategies: each takes the plan
+# The strategies: each takes the plan; all but the blockwise map return their tasks, which
+# ``_build_batch_to_space_nd`` has made only when the graph is materialised
 
 
 def _build_batch_to_space_blockwise(plan: _BatchToSpacePlan) -> da.Array:
@@ -185,7 +195,7 @@ def _build_batch_to_space_blockwise(plan: _BatchToSpacePlan) -> da.Array:
     )
 
 
-def _build_batch_to_space_single(plan: _BatchToSpacePlan) -> da.Array:
+def _batch_to_space_single_tasks(plan: _BatchToSpacePlan) -> dict:
     """A task per kept input block, each holding all P groups of its rows: one pass, as the
     NumPy kernel does, cropped as the block's place says."""
     m = len(plan.block_shape)
@@ -193,19 +203,19 @@ def _build_batch_to_space_single(plan: _BatchToSpacePlan) -> da.Array:
     for index, spatial, block_crops in _output_blocks(plan):
         task = plan.block((0, *spatial, *index[1 + m :]))
         layer[(plan.name, *index)] = (batch_to_space_nd_kernel, task, list(plan.block_shape), block_crops)
-    return _array(plan, layer, plan.out_chunks)
+    return layer
 
 
-def _build_batch_to_space_groups(plan: _BatchToSpacePlan) -> da.Array:
+def _batch_to_space_groups_tasks(plan: _BatchToSpacePlan) -> dict:
     """A task per output block, taking the same block of each of the P groups."""
     layer = {}
     for index, spatial, block_crops in _output_blocks(plan):
         blocks = [plan.block(b) for b in _group_blocks(plan, index, spatial)]
         layer[(plan.name, *index)] = (_batch_to_space_block, blocks, list(plan.block_shape), block_crops)
-    return _array(plan, layer, plan.out_chunks)
+    return layer
 
 
-def _build_batch_to_space_bundles(plan: _BatchToSpacePlan) -> da.Array:
+def _batch_to_space_bundles_tasks(plan: _BatchToSpacePlan) -> dict:
     """A task per set of P source chunks (a bundle) reads each once and makes the output
     blocks they feed; an output block is its bundle's result at its position."""
     bundle_name = f"batch_to_space_nd-bundle-{plan.token}"
@@ -227,10 +237,10 @@ def _build_batch_to_space_bundles(plan: _BatchToSpacePlan) -> da.Array:
         layer[key] = (_batch_to_space_bundle, reads, bundle, list(plan.block_shape))
         for position, (index, _, _) in enumerate(outputs):
             layer[(plan.name, *index)] = (operator.getitem, key, position)
-    return _array(plan, layer, plan.out_chunks)
+    return layer
 
 
-def _build_batch_to_space_single_shifted(plan: _BatchToSpacePlan) -> da.Array:
+def _batch_to_space_single_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     """BatchToSpaceND with the batch axis in one chunk, its output blocks counted on each
     spatial axis from the first row the crop keeps (``plan.shifted``; their chunks:
     ``plan.shifted_chunks``), so that they are Zarr chunks as they are. A block takes the
@@ -257,10 +267,10 @@ def _build_batch_to_space_single_shifted(plan: _BatchToSpacePlan) -> da.Array:
         boxes = [[(export_name, *owner[1:], e), origin] for owner, e, origin in imports]
         layer[(name, *key)] = (_batch_to_space_gathered, (reader_name, *key[1:]), boxes, rows,
                                list(plan.block_shape), crops)
-    return _array(plan, layer, plan.shifted_chunks)
+    return layer
 
 
-def _build_batch_to_space_shifted(plan: _BatchToSpacePlan) -> da.Array:
+def _batch_to_space_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     """BatchToSpaceND in bundles, its output blocks counted on each spatial axis from the
     first row the crop keeps (``plan.shifted``; their chunks: ``plan.shifted_chunks``). A
     block within one input chunk is made by that chunk's bundle; a block that runs into the
@@ -314,7 +324,7 @@ def _build_batch_to_space_shifted(plan: _BatchToSpacePlan) -> da.Array:
             layer[(part_name, *index, j)] = pick
             parts.append((part_name, *index, j))
         layer[(name, *index)] = (_batch_to_space_joined, parts, origins, rows, list(plan.block_shape), crops)
-    return _array(plan, layer, plan.shifted_chunks)
+    return layer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,12 +347,6 @@ def _group_blocks(plan: _BatchToSpacePlan, index, spatial) -> list[tuple]:
     m = len(plan.block_shape)
     batch_blocks = len(plan.in_chunks[0]) // plan.groups
     return [(g * batch_blocks + index[0], *spatial, *index[1 + m :]) for g in range(plan.groups)]
-
-
-def _array(plan: _BatchToSpacePlan, layer: dict, chunks) -> da.Array:
-    """The output array of ``layer``'s blocks (``plan.name``) with ``chunks``."""
-    graph = _graph(plan.name, layer, plan.x, plan.source)
-    return da.Array(graph, plan.name, chunks=chunks, meta=_lazy.meta(plan.x.ndim, plan.x.dtype))
 
 
 @_fused_stores.streams(_batch_to_space_bundle_blocks)

@@ -33,7 +33,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy
-from ops.space_batch.graph import _graph, _largest_block_bytes
+from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array
 from ops.space_batch.kernel import (
     _edge,
     _export,
@@ -142,38 +142,12 @@ def _build_space_to_batch_blockwise(x: da.Array, block_shape, paddings, out_chun
 def _build_space_to_batch_from_blocks(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
     """Each output window's task takes the input blocks under it (x's block keys); a small
     piece of a neighbouring block gets a task of its own (``_piece_args``)."""
-    m = len(block_shape)
-    token = tokenize(x, block_shape, paddings)
-    edge_name = f"space_to_batch_nd-edge-{token}"
-    block_shape = list(block_shape)
-
-    def window(layer, key, axis_reads, shape, fill):
-        n, rest = key[0], key[1 + m :]
-        pieces = []
-        for p, combo in enumerate(itertools.product(*axis_reads)):
-            block = (n, *(k for k, *_ in combo), *rest)
-            pieces.append(_piece_args(x, (x.name, *block), combo, layer, (edge_name, *key, p)))
-        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
-
-    return _space_to_batch_windows(x, block_shape, out_chunks, reads, token, window, None)
+    return _space_to_batch_windows("from_blocks", x, block_shape, paddings, out_chunks, reads, None)
 
 
 def _build_space_to_batch_region_reads(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
     """Each output window's task reads its input pieces from x's source (``stored``) itself."""
-    m = len(block_shape)
-    token = tokenize(x, block_shape, paddings)
-    block_shape = list(block_shape)
-
-    def window(layer, key, axis_reads, shape, fill):
-        n, rest = key[0], key[1 + m :]
-        pieces = []
-        for combo in itertools.product(*axis_reads):
-            block = (n, *(k for k, *_ in combo), *rest)
-            local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
-            pieces.append([stored.read(block, local), None, [o for *_, o in combo]])
-        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
-
-    return _space_to_batch_windows(x, block_shape, out_chunks, reads, token, window, stored)
+    return _space_to_batch_windows("region_reads", x, block_shape, paddings, out_chunks, reads, stored)
 
 
 def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
@@ -185,13 +159,50 @@ def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_ch
     # blocks of one window can be read on two workers and one sent across; a window that
     # waits for its neighbour's reads leaves its worker idle, and the scheduler then sends
     # that worker more reads to hold.
-    m = len(block_shape)
-    token = tokenize(x, block_shape, paddings)
-    edge_name, window_name = (f"space_to_batch_nd{part}-{token}" for part in ("-edge", "-window"))
-    block_shape = list(block_shape)
-    windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :])
+    return _space_to_batch_windows("owned_halos", x, block_shape, paddings, out_chunks, reads, stored)
 
-    def window(layer, key, axis_reads, shape, fill):
+
+# ---------------------------------------------------------------------------------------------
+# The window strategies' common graph: built lazily (``LazyLayer``), when the graph is run
+
+
+def _space_to_batch_windows(strategy: str, x: da.Array, block_shape, paddings, out_chunks, reads, stored):
+    """The output array of one task per output window of the plan (``out_chunks``,
+    ``reads``) by ``strategy``; its tasks are made by ``_windows_tasks`` when the graph is
+    materialised."""
+    token = tokenize(x, block_shape, paddings, strategy)
+    name = f"space_to_batch_nd-{token}"
+    args = (strategy, _Input.of(x), list(block_shape), out_chunks, reads, token, stored)
+    return _lazy_array(name, out_chunks, x, stored, _windows_tasks, *args)
+
+
+def _window_maker(strategy: str, x: _Input, block_shape, reads, token, stored):
+    """The function ``window(layer, key, axis_reads, shape, fill)`` of ``strategy`` that
+    returns the (task, groups task) of the window at ``key`` = ``(n, *spatial, *rest)``,
+    after putting in ``layer`` any task they take."""
+    m = len(block_shape)
+    edge_name, window_name = (f"space_to_batch_nd{part}-{token}" for part in ("-edge", "-window"))
+
+    def from_blocks(layer, key, axis_reads, shape, fill):
+        n, rest = key[0], key[1 + m :]
+        pieces = []
+        for p, combo in enumerate(itertools.product(*axis_reads)):
+            block = (n, *(k for k, *_ in combo), *rest)
+            pieces.append(_piece_args(x, (x.name, *block), combo, layer, (edge_name, *key, p)))
+        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
+
+    def region_reads(layer, key, axis_reads, shape, fill):
+        n, rest = key[0], key[1 + m :]
+        pieces = []
+        for combo in itertools.product(*axis_reads):
+            block = (n, *(k for k, *_ in combo), *rest)
+            local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
+            pieces.append([stored.read(block, local), None, [o for *_, o in combo]])
+        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
+
+    windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy == "owned_halos" else None
+
+    def owned_halos(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
         own_chunks, pieces, exports, halos = windows[key]
         window_key = (window_name, *key)
@@ -205,21 +216,17 @@ def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_ch
         return (_with_halos, window_key, halo_pieces, block_shape), (_with_halos_groups, window_key, halo_pieces,
                                                                      block_shape)
 
-    return _space_to_batch_windows(x, block_shape, out_chunks, reads, token, window, stored)
+    return {"from_blocks": from_blocks, "region_reads": region_reads, "owned_halos": owned_halos}[strategy]
 
 
-# ---------------------------------------------------------------------------------------------
-# The window strategies' common graph
-
-
-def _space_to_batch_windows(x: da.Array, block_shape, out_chunks, reads, token, window, sources) -> da.Array:
-    """The graph of one task per output window of the plan (``out_chunks``, ``reads``): zeros
-    for a window of padding only; for a window with reads, the tasks ``window(layer, (n,
-    *spatial, *rest), axis_reads, shape, fill)`` returns, ``(task, groups task)`` (the second
-    makes the P blocks of a batch chunk at once), after putting in ``layer`` any task they
-    take. ``sources``: the region reads the tasks make (``_graph``), or None."""
+def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored) -> dict:
+    """The tasks of one task per output window of the plan (``out_chunks``, ``reads``):
+    zeros for a window of padding only; for a window with reads, the tasks of
+    ``_window_maker(strategy, ...)``, ``(task, groups task)`` (the second makes the P blocks
+    of a batch chunk at once)."""
     m = len(block_shape)
     groups = math.prod(block_shape)
+    window = _window_maker(strategy, x, block_shape, reads, token, stored)
     name, all_name = (f"space_to_batch_nd{part}-{token}" for part in ("", "-all"))
     # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
     # Several: one task per input batch chunk computes all P groups in one pass, and output
@@ -255,8 +262,7 @@ def _space_to_batch_windows(x: da.Array, block_shape, out_chunks, reads, token, 
                 layer[all_key] = groups_task
                 for g, key in enumerate(out_keys):
                     layer[key] = (operator.getitem, all_key, g)
-    graph = _graph(name, layer, x, sources)
-    return da.Array(graph, name, chunks=out_chunks, meta=_lazy.meta(x.ndim, x.dtype))
+    return layer
 
 
 def _pieces_tasks(pieces, block_shape, shape, dtype, fill: bool) -> tuple[tuple, tuple]:
