@@ -29,11 +29,12 @@ from service.api.edge import (
     HostGuard,
     allowed_hosts,
 )
+from schemas.service import NPY_MEDIA_TYPE
 from service.api.routers import arrays, health, jobs, landing, processes
 from service.api.state import Services, require_json, require_token, server_paths
+from service.jobs.callbacks import AllowList, CallbackDispatcher, SubscribedRecords
 from service.jobs.cluster import Cluster
 from service.jobs.execution import Executor
-from service.jobs.records import JobRecords
 from service.settings import Settings
 from service.storage.s3 import open_store
 
@@ -65,8 +66,10 @@ def open_services(settings: Settings, dashboard: bool = False) -> Services:
     running by an earlier service as failed) and the cluster. Blocking."""
     store = open_store(settings)  # a local directory, or an s3:// URL (StorageUnavailable if unreachable)
     store.sweep()
-    records = JobRecords(store.state_dir / "jobs.sqlite", retention_seconds=settings.job_retention_seconds,
-                         max_records=settings.max_job_records)  # pruned now and as jobs come
+    callbacks = callback_dispatcher(settings, store)
+    # pruned now and as jobs come; the changes of jobs with a subscriber told to ``callbacks``
+    records = SubscribedRecords(store.state_dir / "jobs.sqlite", callbacks,
+                                retention_seconds=settings.job_retention_seconds, max_records=settings.max_job_records)
     interrupted = records.mark_interrupted()
     if interrupted:
         log.warning("%d job(s) were interrupted by the last shutdown and are marked failed", interrupted)
@@ -75,7 +78,27 @@ def open_services(settings: Settings, dashboard: bool = False) -> Services:
     executor = Executor(store, records, cluster, max_inline_bytes=settings.max_inline_bytes,
                         max_graph_blocks=settings.max_graph_blocks, max_graph_tasks=settings.max_graph_tasks,
                         max_jobs=settings.max_jobs, max_queued_jobs=settings.max_queued_jobs)
-    return Services(settings, store, records, cluster, executor)
+    return Services(settings, store, records, cluster, executor, callbacks)
+
+
+def callback_dispatcher(settings: Settings, store) -> CallbackDispatcher:
+    """The deliveries of jobs' callbacks, with the documents the job routes serve: statusInfo
+    (inProgressUri, failedUri) and the results document as ``GET /jobs/{jobID}/results``
+    gives it with response document (successUri)."""
+
+    def status(job: dict) -> dict:
+        return jobs.status_info(job, job.get("base_url") or "", store)
+
+    def results(job: dict) -> dict:
+        if job["transmission"] == "reference":
+            return {"result": {"href": f"/arrays/{job['writes']}", "type": NPY_MEDIA_TYPE}}
+        return jobs.result_document(store.read_small(job["writes"], settings.max_inline_bytes))
+
+    allow = AllowList(settings.callback_allow, private_addresses=settings.callback_private_addresses)
+    return CallbackDispatcher(allow, status, results, timeout=settings.callback_timeout,
+                              retries=settings.callback_retries, backoff=settings.callback_backoff,
+                              progress_interval=settings.callback_progress_interval,
+                              max_pending=settings.callback_max_pending)
 
 
 def with_token(settings: Settings) -> Settings:
@@ -111,6 +134,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = False) -> 
             await run_in_threadpool(svc.executor.shutdown)  # cancels what runs, waits for it (seconds)
             await run_in_threadpool(svc.cluster.close)
             await run_in_threadpool(svc.records.mark_interrupted)  # jobs the shutdown cut short
+            await run_in_threadpool(svc.callbacks.close)  # their failures told, a few seconds at most
 
     app = FastAPI(
         title="chunked-tensor-ops",

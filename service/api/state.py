@@ -11,6 +11,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPBearer
 
 from service.errors import UNAUTHORIZED, UNSUPPORTED_MEDIA_TYPE, ServiceError
+from service.jobs.callbacks import CallbackDispatcher
 from service.jobs.cluster import Cluster
 from service.jobs.execution import Executor
 from service.jobs.records import JobRecords
@@ -25,6 +26,7 @@ class Services:
     records: JobRecords
     cluster: Cluster
     executor: Executor
+    callbacks: CallbackDispatcher | None = None  # a job's subscriber: service.jobs.callbacks
 
 
 def services(request: Request) -> Services:

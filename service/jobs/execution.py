@@ -218,10 +218,11 @@ class Executor:
         self.records.finish(plan.job_id, "successful", f"done: stored as array {plan.result_name!r}", progress=100)
         return None
 
-    def submit(self, plan: JobPlan) -> None:
+    def submit(self, plan: JobPlan, *, subscriber: str | None = None, base_url: str | None = None) -> None:
         """Record the job and queue it for the job threads. 503 (with Retry-After) when
         ``max_jobs + max_queued_jobs`` jobs are running or queued; 404 when an input was deleted
-        since the plan (the job is then forgotten)."""
+        since the plan (the job is then forgotten). ``subscriber`` (JSON) and ``base_url`` are
+        kept with the job's record, for its callbacks."""
         with self._lock:
             waiting = sum(1 for control in self._running.values() if control.background)
             if waiting >= self.max_jobs + self.max_queued_jobs:
@@ -234,7 +235,7 @@ class Executor:
             control = self._running[plan.job_id] = _Control(background=True)
         try:
             self.records.create(plan.job_id, plan.process_id, plan.reads, plan.result_name, plan.transmission,
-                                response=plan.response)
+                                response=plan.response, subscriber=subscriber, base_url=base_url)
             try:
                 self._check_inputs(plan)
             except ServiceError:

@@ -38,13 +38,17 @@ ACTIVE = ("accepted", "running")
 _ACTIVE_SQL = "('accepted', 'running')"
 INTERRUPTED = "interrupted: the service stopped while the job was running; submit it again"
 _COLUMNS = ("id", "process_id", "status", "message", "created", "started", "finished", "updated",
-            "progress", "reads", "writes", "transmission", "error_status", "error_type", "response")
+            "progress", "reads", "writes", "transmission", "error_status", "error_type", "response",
+            "subscriber", "base_url")
 BUSY_TIMEOUT_S = 30
 
 
 # Columns added after the first release, as (name, SQL type): a database made before them gets
 # them on opening (ALTER TABLE ... ADD COLUMN; its earlier rows read NULL), so it stays usable.
-_ADDED_COLUMNS = (("response", "TEXT"),)
+_ADDED_COLUMNS = (("response", "TEXT"),
+                  # the execute request's subscriber (JSON) and the service's URL as its client
+                  # saw it (the links of the job's callbacks)
+                  ("subscriber", "TEXT"), ("base_url", "TEXT"))
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:
@@ -127,16 +131,20 @@ class JobRecords:
         return job
 
     def create(self, job_id: str, process_id: str, reads: list[str], writes: str | None,
-               transmission: str, status: str = "accepted", *, response: str | None = None) -> dict:
+               transmission: str, status: str = "accepted", *, response: str | None = None,
+               subscriber: str | None = None, base_url: str | None = None) -> dict:
         """Record a new job. ``response`` is the execute request's (raw or document): the
-        form its results are served in."""
+        form its results are served in; ``subscriber`` its callback URIs (JSON) and
+        ``base_url`` the service's URL as the request reached it."""
         stamp = now()
         with self._write() as db:
             db.execute(
                 "INSERT INTO jobs (id, process_id, status, message, created, started, updated, progress, reads, "
-                "writes, transmission, response) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)",
+                "writes, transmission, response, subscriber, base_url) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
                 (job_id, process_id, status, "queued" if status == "accepted" else "running", stamp,
-                 stamp if status == "running" else None, stamp, json.dumps(reads), writes, transmission, response),
+                 stamp if status == "running" else None, stamp, json.dumps(reads), writes, transmission, response,
+                 subscriber, base_url),
             )
             self._prune(db)
         return self.get(job_id)

@@ -11,7 +11,7 @@ from service.api.state import base_url, require_token
 router = APIRouter(tags=["landing"])
 
 CONFORMANCE = [OGC_CONFORMANCE + c for c in ("core", "json", "oas30", "job-list", "dismiss",
-                                              "ogc-process-description")]
+                                              "ogc-process-description", "callback")]
 
 
 @router.get("/", response_model=LandingPage, response_model_exclude_none=True)

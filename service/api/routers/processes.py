@@ -28,6 +28,8 @@ from service.api.routers import ProcessID, dtype_header, npy_bytes, problems
 from service.api.routers.jobs import raw_reference, result_document, status_info
 from service.api.state import Services, base_url, is_json, require_token, services
 from service.errors import NO_SUCH_PROCESS, ServiceError, bad_request, too_large
+from service.jobs.callbacks import check_subscriber
+from service.jobs.execution import RETRY_AFTER_SECONDS, TOO_MANY_JOBS
 
 router = APIRouter(tags=["processes"], dependencies=[Depends(require_token)])
 
@@ -150,7 +152,24 @@ def _execute_body(op: registry.Operator | None) -> dict:
         "description": "the wanted output, result: inline (value) or stored (reference)"}
     examples = [op] if op is not None else registry.OPERATORS.values()
     return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": schema, "examples": {example.name: _example(example) for example in examples}}}}}
+        "schema": schema, "examples": {example.name: _example(example) for example in examples}}}},
+            "callbacks": CALLBACKS}
+
+
+# The requests a job's subscriber receives (OGC API - Processes 1.0, class callback; its example
+# names the one to successUri jobCompleted): POSTs of application/json, answered with any 2xx.
+CALLBACKS = {
+    name: {f"{{$request.body#/subscriber/{uri}}}": {"post": {
+        "summary": summary,
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{document}"}}}},
+        "responses": {"200": {"description": "received (any 2xx; a 5xx or no answer is tried again later)"}}}}}
+    for name, uri, document, summary in (
+        ("jobCompleted", "successUri", "Results", "the results document, once the job is successful"),
+        ("jobFailed", "failedUri", "StatusInfo", "the job's status, once it failed or was dismissed"),
+        ("jobInProgress", "inProgressUri", "StatusInfo",
+         "the job's status as its status or progress changes (at most one per callback_progress_interval)"))
+}
 
 
 async def _read_request(request: Request, limit: int) -> ExecuteRequest:
@@ -243,11 +262,15 @@ async def execute(process_id: ProcessID, request: Request, svc: Services = Depen
     operators' own routes above match first; they are documented with their own inputs.)"""
     _operator(process_id)
     body = await _read_request(request, 2 * svc.settings.max_inline_bytes + 2**20)
+    asynchronous = "respond-async" in (prefer or "").lower()
+    if body.subscriber is not None:  # before anything is planned, let alone recorded
+        await _check_subscriber(body, svc, asynchronous)
     job_id = uuid.uuid4().hex
     base = base_url(request)
     plan = await run_in_threadpool(svc.executor.plan, process_id, body, job_id, base)
-    if "respond-async" in (prefer or "").lower():
-        await run_in_threadpool(svc.executor.submit, plan)
+    if asynchronous:
+        subscriber = body.subscriber.model_dump_json(exclude_none=True) if body.subscriber else None
+        await run_in_threadpool(svc.executor.submit, plan, subscriber=subscriber, base_url=base)
         job = await run_in_threadpool(svc.records.get, job_id)
         return JSONResponse(status_info(job, base), status_code=201,
                             headers={"Location": f"{base}/jobs/{job_id}", "Preference-Applied": "respond-async"})
@@ -265,6 +288,21 @@ async def execute(process_id: ProcessID, request: Request, svc: Services = Depen
         return JSONResponse(result_document(value), headers=headers)
     content = await run_in_threadpool(npy_bytes, value)
     return Response(content, media_type=NPY_MEDIA_TYPE, headers=headers)
+
+
+async def _check_subscriber(body: ExecuteRequest, svc: Services, asynchronous: bool) -> None:
+    """A subscriber's URIs must be allowed (``service.jobs.callbacks.check_subscriber``), for
+    a job (a synchronous execution answers with its result itself), with room for its
+    deliveries."""
+    if not asynchronous:
+        raise bad_request("execute request: subscriber: callbacks are sent for jobs; ask for one with "
+                          "Prefer: respond-async (a synchronous execution answers with its result itself)")
+    await run_in_threadpool(check_subscriber, body.subscriber, svc.callbacks.allow)
+    if not svc.callbacks.has_room():
+        raise ServiceError(503, TOO_MANY_JOBS, f"{svc.callbacks.max_pending} jobs' callbacks are waiting to be "
+                           "delivered, as many as this service keeps (callback_max_pending, "
+                           "CHUNKED_TENSOR_OPS_CALLBACK_MAX_PENDING); submit it again later",
+                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 # How often a synchronous execution looks whether its client is still there (seconds).

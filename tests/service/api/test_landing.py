@@ -32,4 +32,4 @@ def test_conformance(client):
     response = client.get("/conformance")
     assert response.status_code == 200
     assert sorted(response.json()["conformsTo"]) == sorted(
-        CONF + c for c in ("core", "json", "oas30", "job-list", "dismiss", "ogc-process-description"))
+        CONF + c for c in ("core", "json", "oas30", "job-list", "dismiss", "ogc-process-description", "callback"))
