@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ops
-from ops.gather_nd import exchange
+from ops.gather_nd import concrete, exchange
 from ops.gather_nd.plan import _exchange_groups, exchange_tasks
 from tests.helpers import assert_same, chunkings, compute
 from tests.ops import reference
@@ -79,6 +79,27 @@ def test_building_makes_no_task(monkeypatch):
     assert made == [] and count == len(layer) + params.npartitions + indices.npartitions
     assert len(dict(layer)) == len(made) + 1  # every task made once (the +1: the grid of blocks)
     assert layer.is_materialized()
+
+
+def test_concrete_indices_build_no_task(monkeypatch):
+    # NumPy indices are planned now, in NumPy (a sort by hit block and the cuts where a bucket
+    # meets an output run); the tasks, one per hit block and one per output block, are made
+    # when the graph is materialised.
+    made = []
+    for stage in ("_make_bucket", "_make_output"):
+        original = getattr(concrete, stage)
+        monkeypatch.setattr(concrete, stage, lambda p, index, _f=original: made.append(1) or _f(p, index))
+    rng = np.random.default_rng(9)
+    values = rng.standard_normal((4_000, 8)).astype(np.float32)
+    index = rng.integers(-4_000, 4_000, size=(1_500, 1))
+    with dask.config.set({"array.chunk-size": "4KiB"}):  # output blocks of 128 rows
+        y = ops.gather_nd(da.from_array(values, chunks=(4, 8)), index)
+    layer = _own_layer(y)
+    hits = len(np.unique((index[:, 0] % 4_000) // 4))
+    assert not layer.is_materialized() and made == []
+    assert len(layer) == hits + y.npartitions and y.npartitions == -(-1_500 // 128)
+    assert_same(y.compute(), values[index[:, 0]])
+    assert len(made) == len(layer)
 
 
 @st.composite
