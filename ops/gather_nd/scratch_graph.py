@@ -6,11 +6,15 @@ blocks is read once, a block at a time, and serves all its requests to files, an
 of indices blocks reads its rows back, one range per group, and hands each output block a
 view; two barrier tasks separate the stages, so tasks and graph edges are linear in the
 blocks and a task holds about one block, one group of blocks it was given, or one batch.
+The stages are a ``layer.StagedLayer``: building the graph lists no block (a call costs the
+chunks along each axis), and the tasks are made when the graph is materialised.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import dask.array as da
 import numpy as np
@@ -27,7 +31,8 @@ from ops.gather_nd.kernel import (
     _scatter_rows,
     check_index_values,
 )
-from ops.gather_nd.plan import _block_offsets, _locate
+from ops.gather_nd.layer import Stage, StagedLayer
+from ops.gather_nd.plan import _locate
 
 
 #: Bytes a split task holds per index tuple (the indices, their coordinates, block numbers,
@@ -246,9 +251,8 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     )
     name = f"gather_nd-{token}"
     target = _chunks.target_bytes()
-    lead_blocks = list(np.ndindex(*indices.numblocks[:-1]))
-    params_blocks = list(np.ndindex(*params.numblocks[:merged]))
-    slice_blocks = list(np.ndindex(*params.numblocks[merged:]))
+    lead_numblocks, params_numblocks = indices.numblocks[:-1], params.numblocks[:merged]
+    n_lead, n_params = math.prod(lead_numblocks), math.prod(params_numblocks)
     row_bytes = math.prod(params.chunksize[merged:]) * params.dtype.itemsize
     read_rows = max(1, target // 8 // max(row_bytes, 1))
     block_bytes = math.prod(params.chunksize) * params.dtype.itemsize
@@ -258,54 +262,144 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     # one read of them and each block is read once per read of requests; blocks that come as
     # the task's arguments are all in its memory: half.
     group_size = max(1, (4 * target if source is not None else target // 2) // max(block_bytes, 1))
-    request_budget = max(1, target // 8 // 8)
     block_tuples = math.prod(indices.chunksize[:-1])
     batch_size = max(1, target // 4 // max(block_tuples * row_bytes, 1))
-    batches = [lead_blocks[first : first + batch_size] for first in range(0, len(lead_blocks), batch_size)]
     batches_per_file = max(1, target // 2 // _SPLIT_BYTES_PER_TUPLE // max(batch_size * block_tuples, 1))
+    n_batches = -(-n_lead // batch_size)
+    n_files, n_groups = -(-n_batches // batches_per_file), -(-n_params // group_size)
+    lead_chunks = indices.chunks[:-1]
+    # Tuples per indices block, flat (C order): an outer product of the chunks along each axis.
+    tuples = functools.reduce(np.multiply.outer, [np.asarray(c, np.int64) for c in lead_chunks], np.int64(1))
+    plan_ = _ScratchPlan(
+        names={"split": split, "plan": plan, "serve": serve, "served": served, "assemble": assemble},
+        run=run, indices_name=indices.name, params_name=params.name, params_shape=params.shape,
+        merged_chunks=params.chunks[:merged], slice_chunks=params.chunks[merged:], dtype=params.dtype, b=b,
+        negative=negative, source=source, lead_numblocks=lead_numblocks, lead_chunks=lead_chunks,
+        lead_starts=tuple(np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in lead_chunks),
+        tuple_starts=np.concatenate([[0], np.cumsum(np.ravel(tuples))]).astype(np.int64),
+        params_numblocks=params_numblocks, group_size=group_size, batch_size=batch_size,
+        batches_per_file=batches_per_file, n_batches=n_batches, n_files=n_files, n_groups=n_groups,
+        read_rows=read_rows, request_budget=max(1, target // 8 // 8),
+    )
+    slices = params.numblocks[merged:]
 
-    def tuples(index):
-        return math.prod(indices.chunks[k][i] for k, i in enumerate(index))
+    def stage(stage_name, shape, make):
+        return Stage(stage_name, tuple(shape), functools.partial(make, plan_))
 
-    layer = {}
-    files = range(0, len(batches), batches_per_file)
-    for f, first in enumerate(files):
-        run_batches = batches[first : first + batches_per_file]
-        blocks = [index for batch in run_batches for index in batch]
-        layer[(split, f)] = (
-            _scratch_split, [(indices.name, *index, 0) for index in blocks],
-            [_block_offsets(indices.chunks, index) for index in blocks], params.shape, params.chunks[:merged],
-            b, negative, run, f, first, [sum(map(tuples, batch)) for batch in run_batches], group_size,
-        )
-    layer[(plan, 0)] = (_scratch_plan, run, group_size, *[(split, f) for f in range(len(files))])
-    slice_names = {s: ".".join(map(str, s)) or "0" for s in slice_blocks}
-    groups = range(0, len(params_blocks), group_size)
-    for g, first in enumerate(groups):
-        for s in slice_blocks:
-            blocks = [
-                (params.name, *block, *s) if source is None else source.reader((*block, *s))
-                for block in params_blocks[first : first + group_size]
-            ]
-            row_shape = tuple(params.chunks[merged + k][i] for k, i in enumerate(s))
-            layer[(serve, g, *s)] = (
-                _scratch_serve, blocks, (plan, 0), run, g, group_size, merged, slice_names[s],
-                math.prod(row_shape) * params.dtype.itemsize, read_rows, request_budget, batches_per_file,
-            )
-    layer[(served, 0)] = (_after_all, *[(serve, g, *s) for g in range(len(groups)) for s in slice_blocks])
-    outputs = len(batches) * len(slice_blocks)
-    for j, batch in enumerate(batches):
-        for s in slice_blocks:
-            row_shape = tuple(params.chunks[merged + k][i] for k, i in enumerate(s))
-            layer[(assemble, j, *s)] = (
-                _scratch_assemble, (served, 0), (plan, 0), run, j, row_shape, params.dtype, slice_names[s],
-                read_rows, outputs,
-            )
-            start = 0
-            for index in batch:
-                shape_lead = tuple(indices.chunks[k][i] for k, i in enumerate(index))
-                stop = start + math.prod(shape_lead)
-                layer[(name, *index, *s)] = (_batch_block, (assemble, j, *s), start, stop, shape_lead + row_shape)
-                start = stop
+    layer = StagedLayer([
+        stage(split, (n_files,), _make_split),
+        stage(plan, (1,), _make_plan),
+        stage(serve, (n_groups, *slices), _make_serve),
+        stage(served, (1,), _make_served),
+        stage(assemble, (n_batches, *slices), _make_assemble),
+        stage(name, (*lead_numblocks, *slices), _make_view),
+    ])
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
-    chunks = (*indices.chunks[:-1], *params.chunks[merged:])
+    chunks = (*lead_chunks, *params.chunks[merged:])
     return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class _ScratchPlan:
+    """What the stages' tasks are made from (all small: names, the scratch run, counts, the
+    chunks along each axis and the tuples per indices block). Batch ``j`` is the flat indices
+    blocks ``j * batch_size ...``, split task ``f`` the batches ``f * batches_per_file ...``,
+    serve group ``g`` the flat params blocks ``g * group_size ...``."""
+
+    names: dict
+    run: object
+    indices_name: str
+    params_name: str
+    params_shape: tuple[int, ...]
+    merged_chunks: tuple[tuple[int, ...], ...]
+    slice_chunks: tuple[tuple[int, ...], ...]
+    dtype: np.dtype
+    b: int
+    negative: bool
+    source: object
+    lead_numblocks: tuple[int, ...]
+    lead_chunks: tuple[tuple[int, ...], ...]
+    lead_starts: tuple[np.ndarray, ...]
+    tuple_starts: np.ndarray
+    params_numblocks: tuple[int, ...]
+    group_size: int
+    batch_size: int
+    batches_per_file: int
+    n_batches: int
+    n_files: int
+    n_groups: int
+    read_rows: int
+    request_budget: int
+
+    @property
+    def n_lead(self) -> int:
+        return math.prod(self.lead_numblocks)
+
+    def batch(self, j: int) -> range:
+        return range(j * self.batch_size, min((j + 1) * self.batch_size, self.n_lead))
+
+    def lead_index(self, f: int) -> tuple[int, ...]:
+        return tuple(int(i) for i in np.unravel_index(f, self.lead_numblocks))
+
+    def row_shape(self, s) -> tuple[int, ...]:
+        return tuple(self.slice_chunks[k][i] for k, i in enumerate(s))
+
+
+def _slice_name(s) -> str:
+    return ".".join(map(str, s)) or "0"
+
+
+def _make_split(p: _ScratchPlan, index):
+    (f,) = index
+    first = f * p.batches_per_file
+    batches = range(first, min(first + p.batches_per_file, p.n_batches))
+    blocks = [p.lead_index(k) for j in batches for k in p.batch(j)]
+    sizes = [int(p.tuple_starts[p.batch(j).stop] - p.tuple_starts[p.batch(j).start]) for j in batches]
+    return (
+        _scratch_split, [(p.indices_name, *index, 0) for index in blocks],
+        [[int(p.lead_starts[k][i]) for k, i in enumerate(index)] for index in blocks], p.params_shape,
+        p.merged_chunks, p.b, p.negative, p.run, f, first, sizes, p.group_size,
+    )
+
+
+def _make_plan(p: _ScratchPlan, index):
+    return (_scratch_plan, p.run, p.group_size, *[(p.names["split"], f) for f in range(p.n_files)])
+
+
+def _make_serve(p: _ScratchPlan, index):
+    g, *s = index
+    first = g * p.group_size
+    blocks = []
+    for h in range(first, min(first + p.group_size, math.prod(p.params_numblocks))):
+        block = (*(int(i) for i in np.unravel_index(h, p.params_numblocks)), *s)
+        blocks.append((p.params_name, *block) if p.source is None else p.source.reader(block))
+    row_shape = p.row_shape(s)
+    return (
+        _scratch_serve, blocks, (p.names["plan"], 0), p.run, g, p.group_size, len(p.merged_chunks),
+        _slice_name(s), math.prod(row_shape) * p.dtype.itemsize, p.read_rows, p.request_budget,
+        p.batches_per_file,
+    )
+
+
+def _make_served(p: _ScratchPlan, index):
+    slices = tuple(map(len, p.slice_chunks))
+    return (_after_all, *[(p.names["serve"], g, *s) for g in range(p.n_groups) for s in np.ndindex(*slices)])
+
+
+def _make_assemble(p: _ScratchPlan, index):
+    j, *s = index
+    outputs = p.n_batches * math.prod(map(len, p.slice_chunks))
+    return (
+        _scratch_assemble, (p.names["served"], 0), (p.names["plan"], 0), p.run, j, p.row_shape(s), p.dtype,
+        _slice_name(s), p.read_rows, outputs,
+    )
+
+
+def _make_view(p: _ScratchPlan, index):
+    lead, s = index[: len(p.lead_numblocks)], index[len(p.lead_numblocks) :]
+    f = int(np.ravel_multi_index(lead, p.lead_numblocks)) if lead else 0
+    j = f // p.batch_size
+    first = int(p.tuple_starts[j * p.batch_size])
+    start, stop = int(p.tuple_starts[f]) - first, int(p.tuple_starts[f + 1]) - first
+    shape = tuple(p.lead_chunks[k][i] for k, i in enumerate(lead)) + p.row_shape(s)
+    return (_batch_block, (p.names["assemble"], j, *s), start, stop, shape)

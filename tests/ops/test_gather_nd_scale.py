@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ops
-from ops.gather_nd import concrete, exchange
+from ops.gather_nd import concrete, exchange, scratch_graph
 from ops.gather_nd.plan import _exchange_groups, exchange_tasks
 from tests.helpers import assert_same, chunkings, compute
 from tests.ops import reference
@@ -100,6 +100,23 @@ def test_concrete_indices_build_no_task(monkeypatch):
     assert len(layer) == hits + y.npartitions and y.npartitions == -(-1_500 // 128)
     assert_same(y.compute(), values[index[:, 0]])
     assert len(made) == len(layer)
+
+
+def test_scratch_plan_builds_no_task(monkeypatch, tmp_path):
+    # Through a scratch store: 20,000 params blocks in groups, 100 indices blocks in batches;
+    # the call lists no block (the serve tasks' lists of blocks are made with the tasks).
+    made = []
+    for stage in [name for name in vars(scratch_graph) if name.startswith("_make_")]:
+        original = getattr(scratch_graph, stage)
+        monkeypatch.setattr(scratch_graph, stage, lambda p, index, _f=original: made.append(1) or _f(p, index))
+    params = da.zeros((20_000, 8), chunks=(1, 8), dtype=np.float32)
+    indices = da.zeros((100, 1), chunks=(1, 1), dtype=np.int64)
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        y = ops.gather_nd(params, indices, scratch=str(tmp_path))
+    layer = _own_layer(y)
+    assert not layer.is_materialized() and made == []
+    assert len(layer) < params.npartitions  # a serve task per group of params blocks
+    assert len(dict(layer)) == len(made) == len(layer)
 
 
 @st.composite
