@@ -221,14 +221,19 @@ class CallbackDispatcher:
         return len(self._feeds) < self.max_pending
 
     def changed(self, job: dict) -> None:
-        """A job with a subscriber changed: ``job`` is its record after the change. Returns at once."""
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._take, job)
+        """A job with a subscriber changed: ``job`` is its record after the change. Returns at
+        once, and never raises into the job that changed (after ``close``, nothing is sent)."""
+        self._call(self._take, job)
 
     def forget(self, job_id: str) -> None:
         """Drop a job's waiting deliveries (a job refused after it was recorded)."""
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._drop, job_id)
+        self._call(self._drop, job_id)
+
+    def _call(self, function, argument) -> None:
+        try:
+            self._loop.call_soon_threadsafe(function, argument)
+        except RuntimeError:  # the loop is closed: the service has stopped
+            log.warning("callbacks: a change after the deliveries stopped is not sent")
 
     def close(self, wait: float = 5.0) -> None:
         """Deliver what waits, ``wait`` seconds at most, then stop the loop and its thread."""

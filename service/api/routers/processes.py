@@ -297,6 +297,8 @@ async def _check_subscriber(body: ExecuteRequest, svc: Services, asynchronous: b
     if not asynchronous:
         raise bad_request("execute request: subscriber: callbacks are sent for jobs; ask for one with "
                           "Prefer: respond-async (a synchronous execution answers with its result itself)")
+    if svc.callbacks is None:  # services wired without deliveries: as an empty allow-list
+        raise bad_request("execute request: subscriber: this service sends no callbacks")
     await run_in_threadpool(check_subscriber, body.subscriber, svc.callbacks.allow)
     if not svc.callbacks.has_room():
         raise ServiceError(503, TOO_MANY_JOBS, f"{svc.callbacks.max_pending} jobs' callbacks are waiting to be "
