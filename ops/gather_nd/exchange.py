@@ -41,7 +41,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _lazy
+from ops import _block_reads, _lazy
 from ops.gather_nd.kernel import (
     _exchange_collect,
     _exchange_gather,
@@ -65,6 +65,7 @@ class _Plan:
     names: dict
     indices_name: str
     params_name: str
+    source: object  # _block_reads.BlockReads when params' blocks are plain reads, else None
     params_shape: tuple[int, ...]
     b: int
     negative: bool
@@ -133,8 +134,12 @@ def _make_route_piece(p: _Plan, index):
 
 def _make_serve(p: _Plan, index):
     h, *s = index
-    block = tuple(int(i) for i in np.unravel_index(h, p.params_numblocks))
-    return (_exchange_serve, (p.params_name, *block, *s), p.merged, (p.names["route-piece"], h))
+    block = (*(int(i) for i in np.unravel_index(h, p.params_numblocks)), *s)
+    # A block read from its source is read inside the serve task: params' blocks are then no
+    # roots of the graph, each connected to every output block (the scheduler orders a
+    # graph in about roots x outputs steps).
+    read = (p.params_name, *block) if p.source is None else p.source.read(block)
+    return (_exchange_serve, read, p.merged, (p.names["route-piece"], h))
 
 
 def _make_collect(p: _Plan, index):
@@ -178,7 +183,8 @@ def _build_exchange(params: da.Array, indices: da.Array, b: int, negative: bool,
     # Tuples per indices block, flat (C order): an outer product of the chunks along each axis.
     tuples = functools.reduce(np.multiply.outer, [np.asarray(c, np.int64) for c in lead_chunks], np.int64(1))
     plan = _Plan(
-        names=names, indices_name=indices.name, params_name=params.name, params_shape=params.shape, b=b,
+        names=names, indices_name=indices.name, params_name=params.name,
+        source=_block_reads.BlockReads.of(params), params_shape=params.shape, b=b,
         negative=negative, merged=merged, dtype=params.dtype, lead_numblocks=indices.numblocks[:-1],
         lead_chunks=lead_chunks,
         lead_starts=tuple(np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in lead_chunks),

@@ -161,6 +161,26 @@ def test_exchange_with_irregular_chunks_and_a_split_slice():
     assert_same(y.compute(), values[index[..., 0], index[..., 1]])
 
 
+def test_exchange_reads_stored_params_inside_its_serve_tasks():
+    # Params read from Zarr: each serve task reads its block, so the graph's roots are the
+    # store and the indices blocks, not every params block (ordering a graph costs about
+    # roots x outputs).
+    import zarr
+
+    rng = np.random.default_rng(10)
+    values = rng.standard_normal((240, 6)).astype(np.float32)
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(8, 6), dtype=np.float32)
+    z[...] = values
+    params = da.from_zarr(z)
+    index = rng.integers(-240, 240, size=(500, 1))
+    y = _exchange(params, da.from_array(index, chunks=(25, 1)))
+    graph = dict(dask.optimize(y)[0].__dask_graph__())
+    assert not any(isinstance(k, tuple) and k[0] == params.name for k in graph)
+    roots = [k for k in graph if not get_dependencies(graph, k)]
+    assert len(roots) <= 1 + 20 + 1  # the store, the indices blocks, the grid of blocks
+    assert_same(y.compute(), values[index[:, 0]])
+
+
 def test_a_bad_index_is_named_from_its_group():
     values = np.arange(400, dtype=np.int32).reshape(100, 4)
     index = np.zeros((90, 1), np.int64)
