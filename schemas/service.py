@@ -255,6 +255,9 @@ class StatusInfo(BaseModel):
     finished: str | None = None
     updated: str | None = None
     progress: int | None = Field(default=None, ge=0, le=100)
+    # a finished job's: when its record and stored result are deleted (a member of this
+    # service's own; statusInfo.yaml allows others)
+    expires: str | None = None
     links: list[Link] = Field(default_factory=list)
 
 

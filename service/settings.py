@@ -66,11 +66,14 @@ class Settings(BaseSettings):
     disk_quota_bytes: int | None = Field(None, ge=1)
     # --- jobs ------------------------------------------------------------------------------
     # Jobs running at once, jobs waiting for one of those slots (past it: 503), and how long
-    # the record of a finished job is kept (seconds) and how many are kept at most.
+    # a finished job is kept with its stored result (seconds) and how many records are kept at most.
     max_jobs: int = Field(4, ge=1)
     max_queued_jobs: int = Field(64, ge=0)
     job_retention_seconds: float = Field(7 * 24 * 3600, gt=0)
     max_job_records: int = Field(10_000, ge=1)
+    # Seconds between two sweeps that delete the jobs past job_retention_seconds with their
+    # stored results (service.jobs.sweeper).
+    job_sweep_interval: float = Field(60.0, gt=0)
     # --- callbacks: a job's subscriber (successUri, inProgressUri, failedUri) -------------------
     # Where callbacks may go: URL prefixes (http://receiver.example:8080/hooks/); a subscriber
     # URI must match one in scheme, host, port and leading path. Empty (the default): an

@@ -30,11 +30,12 @@ from service.api.edge import (
     allowed_hosts,
 )
 from schemas.service import NPY_MEDIA_TYPE
-from service.api.routers import arrays, health, jobs, landing, processes
+from service.api.routers import arrays, echo, health, jobs, landing, processes
 from service.api.state import Services, require_json, require_token, server_paths
 from service.jobs.callbacks import AllowList, CallbackDispatcher, SubscribedRecords
 from service.jobs.cluster import Cluster
 from service.jobs.execution import Executor
+from service.jobs.sweeper import Sweeper
 from service.settings import Settings
 from service.storage.s3 import open_store
 
@@ -126,11 +127,14 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = False) -> 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.services = await run_in_threadpool(open_services, settings, dashboard)
+        # expired jobs and their results deleted now and every job_sweep_interval seconds
+        sweeper = Sweeper(app.state.services.records, app.state.services.store, settings.job_sweep_interval).start()
         try:
             with dask.config.set(pool=local_pool()):
                 yield
         finally:
             svc = app.state.services
+            await run_in_threadpool(sweeper.stop)
             await run_in_threadpool(svc.executor.shutdown)  # cancels what runs, waits for it (seconds)
             await run_in_threadpool(svc.cluster.close)
             await run_in_threadpool(svc.records.mark_interrupted)  # jobs the shutdown cut short
@@ -147,6 +151,7 @@ def create_app(settings: Settings | None = None, *, dashboard: bool = False) -> 
     )
     errors.install(app)
     app.include_router(landing.router)
+    app.include_router(echo.router)  # /processes/echo: before the operators' templated paths
     app.include_router(processes.router, dependencies=[Depends(require_json)])  # the execute requests
     for module in (jobs, arrays, health):
         app.include_router(module.router)

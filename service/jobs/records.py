@@ -3,10 +3,11 @@
 They survive restarts: a new service lists the earlier jobs, and marks the ones that were
 accepted or running when the old one stopped as failed.
 
-They do not pile up: with ``retention_seconds`` and ``max_records``, the records of finished jobs
-(successful, failed, dismissed) that finished longer ago than that, and the oldest finished ones
-past that count, are deleted when the records are opened and whenever a job is recorded. Only
-the record goes: a job's stored result is an array like any other.
+They do not pile up. A finished job (successful, failed, dismissed) expires ``retention_seconds``
+after it finished (``expires``): ``expire`` then deletes its record together with its stored
+result, in one transaction (``service.jobs.sweeper`` does so periodically in the service).
+Past ``max_records``, the records of the oldest finished jobs are deleted when the records are
+opened and whenever a job is recorded; only the record goes then, its result stays an array.
 
 They survive a crash too (the service killed with SIGKILL, or dying, mid-write): the database
 is in write-ahead-log mode (``journal_mode=WAL``, kept in the file) with ``synchronous=NORMAL``
@@ -38,7 +39,7 @@ ACTIVE = ("accepted", "running")
 _ACTIVE_SQL = "('accepted', 'running')"
 INTERRUPTED = "interrupted: the service stopped while the job was running; submit it again"
 _COLUMNS = ("id", "process_id", "status", "message", "created", "started", "finished", "updated",
-            "progress", "reads", "writes", "transmission", "error_status", "error_type", "response",
+            "progress", "reads", "writes", "transmission", "error_status", "error_type", "response", "outputs",
             "subscriber", "base_url")
 BUSY_TIMEOUT_S = 30
 
@@ -46,6 +47,7 @@ BUSY_TIMEOUT_S = 30
 # Columns added after the first release, as (name, SQL type): a database made before them gets
 # them on opening (ALTER TABLE ... ADD COLUMN; its earlier rows read NULL), so it stays usable.
 _ADDED_COLUMNS = (("response", "TEXT"),
+                  ("outputs", "TEXT"),  # the echo process's outputs (JSON), kept with its job
                   # the execute request's subscriber (JSON) and the service's URL as its client
                   # saw it (the links of the job's callbacks)
                   ("subscriber", "TEXT"), ("base_url", "TEXT"))
@@ -58,10 +60,18 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
 
+def _stamp(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_stamp(stamp: str) -> datetime:
+    """A time as the records store it, as an aware datetime."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
 def now(ago: float = 0.0) -> str:
     """The time ``ago`` seconds before now, as the records store it (ISO 8601 UTC, in ms)."""
-    moment = datetime.now(timezone.utc) - timedelta(seconds=ago)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _stamp(datetime.now(timezone.utc) - timedelta(seconds=ago))
 
 
 class JobRecords:
@@ -128,6 +138,7 @@ class JobRecords:
     def _row(self, row) -> dict:
         job = dict(row)
         job["reads"] = json.loads(job["reads"])
+        job["expires"] = self.expires(job)
         return job
 
     def create(self, job_id: str, process_id: str, reads: list[str], writes: str | None,
@@ -154,17 +165,60 @@ class JobRecords:
         with self._write() as db:
             db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
+    def start(self, job_id: str) -> bool:
+        """Move an accepted job to running (``started`` now); False when it is no longer
+        accepted (dismissed while it waited)."""
+        stamp = now()
+        with self._write() as db:
+            return db.execute("UPDATE jobs SET status = 'running', message = 'running', started = ?, updated = ? "
+                              "WHERE id = ? AND status = 'accepted'", (stamp, stamp, job_id)).rowcount == 1
+
+    def expires(self, job: dict) -> str | None:
+        """When a job's record and stored result are deleted: ``retention_seconds`` after it
+        finished (None while it is active, or with no retention)."""
+        if self.retention_seconds is None or not job.get("finished") or job["status"] in ACTIVE:
+            return None
+        return _stamp(parse_stamp(job["finished"]) + timedelta(seconds=self.retention_seconds))
+
+    def expired(self, limit: int = 1000) -> list[dict]:
+        """Finished jobs past their expiry, the ones that finished first first."""
+        if self.retention_seconds is None:
+            return []
+        with self._connect() as db:
+            rows = db.execute(f"SELECT * FROM jobs WHERE status NOT IN {_ACTIVE_SQL} AND finished < ? "
+                              "ORDER BY finished, id LIMIT ?", (now(self.retention_seconds), limit)).fetchall()
+        return [self._row(row) for row in rows]
+
+    def expire(self, job_id: str, remove) -> bool:
+        """Delete an expired job: ``remove(name)`` deletes its stored result (it is called
+        within the transaction that deletes the record, and must not call these records), then
+        the record goes. Nothing is half deleted: when ``remove`` raises, the record stays (and
+        the error propagates); while an active job reads or writes the result, neither goes
+        (False). A result name that a later job wrote too is that job's: only the record goes."""
+        with self._write() as db:
+            job = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if (job is None or self.retention_seconds is None or job["status"] in ACTIVE
+                    or not job["finished"] or job["finished"] >= now(self.retention_seconds)):
+                return False
+            name = job["writes"]
+            if name is not None:
+                if self._busy_with(db, name) is not None:
+                    return False
+                later = db.execute("SELECT 1 FROM jobs WHERE writes = ? AND id != ? AND created >= ? LIMIT 1",
+                                   (name, job_id, job["created"])).fetchone()
+                if later is None:
+                    remove(name)
+            db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            return True
+
     def prune(self) -> int:
-        """Delete the records of finished jobs past ``retention_seconds`` and ``max_records``
-        (as opening the records and recording a job do); how many went."""
+        """Delete the records of the oldest finished jobs past ``max_records`` (as opening the
+        records and recording a job do); how many went."""
         with self._write() as db:
             return self._prune(db)
 
     def _prune(self, db: sqlite3.Connection) -> int:
         removed = 0
-        if self.retention_seconds is not None:
-            removed += db.execute(f"DELETE FROM jobs WHERE status NOT IN {_ACTIVE_SQL} AND finished < ?",
-                                  (now(self.retention_seconds),)).rowcount
         if self.max_records is not None:
             excess = db.execute("SELECT count(*) FROM jobs").fetchone()[0] - self.max_records
             if excess > 0:  # the ones that finished first (an active job is never pruned)

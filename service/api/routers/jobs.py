@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+from email.utils import format_datetime
 from typing import get_args
 
 import numpy as np
@@ -11,9 +13,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from schemas.service import NPY_MEDIA_TYPE, OGC_REL, JobList, JobStatus, Results, StatusInfo
+from service.api import echo
 from service.api.routers import JobID, dtype_header, jobfilters, npy_bytes, problems
 from service.api.state import Services, base_url, require_token, server_paths, services
 from service.errors import INVALID_PARAMETER, NO_SUCH_JOB, RESULT_NOT_READY, ServiceError, redact
+from service.jobs.records import parse_stamp
 from service.storage.protocol import ArrayStorage
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(require_token)])
@@ -24,15 +28,22 @@ _STATUS_FIELDS = ("created", "started", "finished", "updated")
 def status_info(job: dict, base: str, store: ArrayStorage | None = None) -> dict:
     """A job record as an OGC statusInfo document. A successful job links to its results and
     its result array while that is stored (with ``store``, it is looked up): a synchronous
-    execution that returned its result inline stored none, and a result can be deleted."""
+    execution that returned its result inline stored none, and a result can be deleted. A
+    finished job says when it ``expires`` (its record and result are deleted then;
+    statusInfo.yaml allows members of one's own)."""
     message = job["message"]
     if message and store is not None:  # a failure's message may quote a worker's error
         message = redact(message, server_paths(store))
     info = {"jobID": job["id"], "type": "process", "processID": job["process_id"], "status": job["status"],
             "message": message, "progress": job["progress"]}
     info.update({k: job[k] for k in _STATUS_FIELDS if job.get(k)})
+    if job.get("expires"):
+        info["expires"] = job["expires"]
     links = [{"href": f"{base}/jobs/{job['id']}", "rel": "self", "type": "application/json", "title": "status"}]
-    if job["status"] == "successful" and (store is None or store.exists(job["writes"])):
+    if job["status"] == "successful" and job.get("outputs") is not None:  # the echo's, kept with the job
+        links.append({"href": f"{base}/jobs/{job['id']}/results", "rel": OGC_REL + "results",
+                      "type": "application/json", "title": "results"})
+    elif job["status"] == "successful" and job["writes"] and (store is None or store.exists(job["writes"])):
         links.append({"href": f"{base}/jobs/{job['id']}/results", "rel": OGC_REL + "results",
                       "type": "application/json", "title": "results"})
         links.append({"href": f"{base}/arrays/{job['writes']}", "rel": "related", "type": NPY_MEDIA_TYPE,
@@ -54,9 +65,16 @@ def reference_link(name: str, base: str) -> str:
     return f'<{base}/arrays/{name}>; rel="related"; type="{NPY_MEDIA_TYPE}"; title="result"'
 
 
-def raw_reference(name: str, base: str, *links: str) -> Response:
+def raw_reference(name: str, base: str, *links: str, headers: dict | None = None) -> Response:
     """204 No Content with the stored result's ``Link`` (and ``links`` besides)."""
-    return Response(status_code=204, headers={"Link": ", ".join((reference_link(name, base), *links))})
+    return Response(status_code=204, headers={"Link": ", ".join((reference_link(name, base), *links)),
+                                              **(headers or {})})
+
+
+def expires_header(job: dict) -> dict:
+    """``Expires`` (an HTTP-date): when the job's results are deleted."""
+    expires = job.get("expires")
+    return {"Expires": format_datetime(parse_stamp(expires), usegmt=True)} if expires else {}
 
 
 def _job(svc: Services, job_id: str) -> dict:
@@ -174,12 +192,15 @@ async def get_results(job_id: JobID, request: Request, svc: Services = Depends(s
                            f"job {job_id} failed: {job['message']}")
     if job["status"] != "successful":
         raise ServiceError(404, RESULT_NOT_READY, f"job {job_id} is {job['status']}; it has no results")
+    expires = expires_header(job)
+    if job.get("outputs") is not None:  # the echo process's, kept with the job
+        return echo.answer(json.loads(job["outputs"]), job.get("response"), expires)
     name = job["writes"]
     raw = job.get("response") == "raw"  # a job recorded before responses were kept: a document
     if job["transmission"] == "reference":
         if raw:  # /req/core/job-results-async-raw-ref
-            return raw_reference(name, base_url(request))
-        return {"result": {"href": f"/arrays/{name}", "type": NPY_MEDIA_TYPE}}
+            return raw_reference(name, base_url(request), headers=expires)
+        return JSONResponse({"result": {"href": f"/arrays/{name}", "type": NPY_MEDIA_TYPE}}, headers=expires)
     if not await run_in_threadpool(svc.store.exists, name):
         # OGC API - Processes 1.0 has no exception type for results that are gone; of its own
         # types (a client may only know those) result-not-ready is the one that says "none here"
@@ -189,8 +210,8 @@ async def get_results(job_id: JobID, request: Request, svc: Services = Depends(s
     value = await run_in_threadpool(svc.store.read_small, name, svc.settings.max_inline_bytes)
     if raw:  # /req/core/job-results-async-raw-value-one: the output itself, as a sync execution gives it
         content = await run_in_threadpool(npy_bytes, value)
-        return Response(content, media_type=NPY_MEDIA_TYPE, headers=dtype_header(value.dtype))
-    return JSONResponse(result_document(value), headers=dtype_header(value.dtype))
+        return Response(content, media_type=NPY_MEDIA_TYPE, headers={**dtype_header(value.dtype), **expires})
+    return JSONResponse(result_document(value), headers={**dtype_header(value.dtype), **expires})
 
 
 @router.delete("/jobs/{job_id}", operation_id="dismiss", response_model=StatusInfo,

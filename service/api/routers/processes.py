@@ -23,7 +23,7 @@ from schemas.service import (
     ProcessList,
     StatusInfo,
 )
-from service.api import descriptions
+from service.api import descriptions, echo
 from service.api.routers import ProcessID, dtype_header, npy_bytes, problems
 from service.api.routers.jobs import raw_reference, result_document, status_info
 from service.api.state import Services, base_url, is_json, require_token, services
@@ -38,7 +38,7 @@ def _operator(process_id: str) -> registry.Operator:
     op = registry.OPERATORS.get(process_id)
     if op is None:
         raise ServiceError(404, NO_SUCH_PROCESS, f"no process {process_id!r}; the processes are "
-                           f"{', '.join(registry.OPERATORS)}")
+                           f"{', '.join([*registry.OPERATORS, echo.PROCESS_ID])}")
     return op
 
 
@@ -61,11 +61,11 @@ def list_processes(request: Request,
                    limit: int = Query(_LIMIT["default"], ge=_LIMIT["minimum"], le=_LIMIT["maximum"],
                                       include_in_schema=False),
                    offset: int = Query(0, ge=0, include_in_schema=False)) -> dict:
-    """One summary per operator, ``limit`` of them from ``offset`` on, with a ``next`` link
-    while more remain (and ``prev`` after the first page)."""
+    """One summary per operator, and the echo process's last, ``limit`` of them from
+    ``offset`` on, with a ``next`` link while more remain (and ``prev`` after the first page)."""
     base = base_url(request)
-    operators = list(registry.OPERATORS.values())
-    page = operators[offset:offset + limit]
+    summaries = [descriptions.summary(op, base) for op in registry.OPERATORS.values()] + [echo.summary(base)]
+    page = summaries[offset:offset + limit]
     paged = "limit" in request.query_params or "offset" in request.query_params
 
     def link(rel: str, start: int, title: str | None = None) -> dict:
@@ -73,11 +73,11 @@ def list_processes(request: Request,
         return {"href": href, "rel": rel, "type": "application/json", **({"title": title} if title else {})}
 
     links = [link("self", offset)]
-    if offset + limit < len(operators):
+    if offset + limit < len(summaries):
         links.append(link("next", offset + limit, "the next processes"))
     if offset > 0:
         links.append(link("prev", max(0, offset - limit), "the previous processes"))
-    return {"processes": [descriptions.summary(op, base) for op in page], "links": links}
+    return {"processes": page, "links": links}
 
 
 @router.get("/processes/{process_id}", operation_id="getProcessDescription", response_model=ProcessDescription,

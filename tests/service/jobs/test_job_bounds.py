@@ -4,8 +4,8 @@
   (``max_queued_jobs``; past it a submission is a 503 with Retry-After naming the setting);
 - an array that an active job reads cannot be deleted, however many other jobs are active, and a
   job whose input was deleted between its plan and its record is refused;
-- the records of finished jobs are pruned by age (``job_retention_seconds``) and by count
-  (``max_job_records``), their result arrays kept;
+- finished jobs expire (``job_retention_seconds``): the sweeper deletes them with their result
+  arrays; their records are pruned by count too (``max_job_records``), their result arrays kept;
 - a synchronous execution whose client goes away, and one dismissed while it runs, has its tasks
   stopped on the cluster (a real ``python -m service``, its client a raw socket).
 """
@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.jobs.records import JobRecords
+from service.jobs.sweeper import Sweeper
 from tests.service.cluster_jobs import ASYNC, bounded, download, job_leftovers, upload
 from tests.service.conftest import NPY, assert_problem, eventually, inline, make_settings, npy_bytes
 from tests.service.processes import descendants, start_server, stop_server
@@ -92,8 +93,10 @@ def test_records_pruned_by_age_and_by_count(tmp_path):
     record("recent", "successful", finished_ago=1 * DAY)
     records.close()
 
-    # at start-up, by age
+    # by age, as the sweeper expires them (these have no stored results)
     records = JobRecords(path, retention_seconds=7 * DAY, max_records=4)
+    assert len(records.list()) == 4  # opening them pruned one by count (5 > 4): an old finished one
+    assert Sweeper(records, NoResults(), 60).sweep() == 2
     assert {job["id"] for job in records.list()} == {"old-running", "recent"}
     # as jobs are recorded, by count: the ones that finished first go, never an active one
     record("a", "successful", finished_ago=3 * 3600)
@@ -107,20 +110,26 @@ def test_records_pruned_by_age_and_by_count(tmp_path):
     assert records.prune() == 0
 
 
-def test_a_pruned_job_is_404_and_its_result_stays(api):
+class NoResults:
+    """A store that holds none of the jobs' results."""
+
+    def exists(self, name: str) -> bool:
+        return False
+
+
+def test_an_expired_job_is_404_and_its_result_is_gone(api):
     response = small_job(api, "pruned-result")
     assert response.status_code == 201, response.text
     job_id = response.json()["jobID"]
     assert wait_final(api, job_id)["status"] == "successful"
     records = api.app.state.services.records
     records.update(job_id, created=ago(8 * DAY + 60), finished=ago(8 * DAY))  # past the 7-day retention
-    response = small_job(api, "pruned-trigger")  # recording a job prunes
-    assert response.status_code == 201, response.text
-    wait_final(api, response.json()["jobID"])
+    services = api.app.state.services
+    assert Sweeper(services.records, services.store, 60).sweep() == 1  # as the service's sweeper does
     assert_problem(api.get(f"/jobs/{job_id}"), 404, NO_SUCH_JOB)
     assert_problem(api.get(f"/jobs/{job_id}/results"), 404, NO_SUCH_JOB)
     assert job_id not in [job["jobID"] for job in api.get("/jobs", params={"limit": 10000}).json()["jobs"]]
-    assert download(api, "pruned-result").tobytes() == np.arange(8, dtype=np.float32).tobytes()
+    assert_problem(api.get("/arrays/pruned-result/info"), 404)
 
 
 # --- job threads and the queue --------------------------------------------------------------------
@@ -137,7 +146,7 @@ def test_job_threads_stay_bounded_and_a_full_queue_is_503(api, monkeypatch):
         release.wait(60)
         return build(plan, scratch)
 
-    assert small_job(api, "threads-warm-up", headers=None).status_code == 200  # the request threads exist
+    assert small_job(api, "threads-warm-up", headers=None).status_code == 204  # the request threads exist
     monkeypatch.setattr(executor, "_build_with_scratch", blocked_build)
     before = peak = threading.active_count()
     accepted, refused = [], []
@@ -162,7 +171,7 @@ def test_job_threads_stay_bounded_and_a_full_queue_is_503(api, monkeypatch):
     response = small_job(api, "threads-after")  # the queue has room again
     assert response.status_code == 201, response.text
     assert wait_final(api, response.json()["jobID"])["status"] == "successful"
-    job_threads = [t.name for t in threading.enumerate() if t.name.startswith("job-") and "resweep" not in t.name]
+    job_threads = [t.name for t in threading.enumerate() if t.name.removeprefix("job-").isdigit()]  # job-0...
     assert len(job_threads) == MAX_JOBS, job_threads
 
 
