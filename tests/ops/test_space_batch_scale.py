@@ -1,0 +1,111 @@
+"""SpaceToBatchND and BatchToSpaceND build their graphs without a loop over every block: the
+call makes no task (its layers are made when the graph is materialised), whatever the
+number of chunks, and the tasks made later compute what NumPy computes."""
+
+from __future__ import annotations
+
+import pickle
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from dask.blockwise import Blockwise
+from dask.highlevelgraph import MaterializedLayer
+
+import ops
+from ops._block_reads import BlockReads
+from ops._lazy_layer import LazyLayer
+from tests.helpers import assert_same
+
+S2B, S2B_PADDED = ([2, 2], [[0, 0], [0, 0]]), ([2, 2], [[1, 1], [3, 1]])
+B2S, B2S_CROPPED = ([2, 2], [[0, 0], [0, 0]]), ([2, 2], [[1, 1], [1, 3]])
+CALLS = {
+    "space_to_batch_nd": (ops.space_to_batch_nd, S2B),
+    "space_to_batch_nd padded": (ops.space_to_batch_nd, S2B_PADDED),
+    "batch_to_space_nd": (ops.batch_to_space_nd, B2S),
+    "batch_to_space_nd cropped": (ops.batch_to_space_nd, B2S_CROPPED),
+}
+
+
+def _zarr_source(shape, chunks, values=None) -> da.Array:
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=shape, chunks=chunks, dtype=np.float32, fill_value=0)
+    if values is not None:
+        z[...] = values
+    return da.from_zarr(z)
+
+
+def _inputs(blocks_per_side: int):
+    """The same shape as a lazy computed array and as a Zarr source, in 4 x side x side
+    blocks of (1, 2, 2, 3)."""
+    shape, chunks = (4, 2 * blocks_per_side, 2 * blocks_per_side, 3), (1, 2, 2, 3)
+    return {"computed": da.zeros(shape, chunks=chunks, dtype=np.float32), "zarr": _zarr_source(shape, chunks)}
+
+
+def _tasks_made(y: da.Array) -> int:
+    """How many tasks the graph of y holds already made: the tasks of its materialised
+    layers (a Blockwise or lazy layer not yet made holds none)."""
+    made = 0
+    for layer in y.dask.layers.values():
+        if isinstance(layer, (Blockwise, LazyLayer)) and not layer.is_materialized():
+            continue
+        assert isinstance(layer, MaterializedLayer), type(layer)
+        made += len(layer)
+    return made
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("source", ["computed", "zarr"])
+@pytest.mark.parametrize("call", CALLS)
+def test_the_call_makes_no_task_per_block(call, source):
+    # 4 x 256 x 256 = 262,144 input blocks: the graphs used to be built by the call, one or
+    # more tasks per block (and a rechunk's for a computed input), in 1 to 80 s.
+    function, args = CALLS[call]
+    x = _inputs(256)[source]
+    y = function(x, *args)
+    assert y.npartitions >= 65_536
+    assert _tasks_made(y) <= 2  # the Zarr array object itself, as from_zarr makes it
+    assert not x.dask.layers[x.name].is_materialized()  # the source's reads were not listed either
+
+
+@pytest.mark.parametrize("source", ["computed", "zarr"])
+@pytest.mark.parametrize("call", CALLS)
+def test_lazily_made_tasks_compute_what_numpy_does(call, source):
+    function, args = CALLS[call]
+    values = np.arange(4 * 12 * 12 * 3, dtype=np.float32).reshape(4, 12, 12, 3)
+    x = da.from_array(values, chunks=(1, 2, 2, 3)) if source == "computed" else _zarr_source(
+        values.shape, (1, 2, 2, 3), values)
+    y = function(x, *args)
+    layer = y.dask.layers[y.name]
+    assert isinstance(layer, LazyLayer) and not layer.is_materialized()
+    assert_same(y.compute(scheduler="synchronous"), function(values, *args))
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_a_lazy_layer_travels_as_its_recipe(call):
+    # What the client sends a scheduler: the layer unmade, and made there into the same tasks.
+    function, args = CALLS[call]
+    y = function(_inputs(8)["zarr"], *args)
+    layer = y.dask.layers[y.name]
+    sent = pickle.loads(pickle.dumps(layer))
+    assert not sent.is_materialized() and len(pickle.dumps(layer)) < 20_000
+    assert dict(sent) == dict(layer)
+    assert layer.get_output_keys() == set(map(tuple, np.array(y.__dask_keys__(), dtype=object).reshape(-1, 5)))
+
+
+def test_intermediate_tasks_survive_culling():
+    # A bundle (or a window's halo piece) is no output block: culling keeps it for its blocks.
+    values = np.arange(8 * 8 * 8 * 2, dtype=np.float32).reshape(8, 8, 8, 2)
+    x = _zarr_source(values.shape, (1, 4, 8, 2), values)
+    y = ops.batch_to_space_nd(x, *B2S_CROPPED)
+    (optimized,) = dask.optimize(y[:, :3])
+    assert_same(optimized.compute(scheduler="synchronous"), ops.batch_to_space_nd(values, *B2S_CROPPED)[:, :3])
+
+
+def test_block_reads_of_a_large_source_look_at_two_blocks():
+    x = _zarr_source((4, 1024, 1024, 3), (1, 4, 4, 3))
+    reads = BlockReads.of(x)
+    assert reads is not None and not x.dask.layers[x.name].is_materialized()
+    task = reads.read((3, 255, 2, 0), (slice(None), slice(1, 3), slice(0, 2), slice(None)))
+    assert task[2] == (slice(3, 4), slice(1021, 1023), slice(8, 10), slice(0, 3))
