@@ -24,7 +24,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from ops import _chunks, _lazy, _limits
 from ops.gather_nd.kernel import _assemble, _coordinates, _gather_bucket, check_index_values
-from ops.gather_nd.layer import Stage, StagedLayer
+from ops.gather_nd.layer import Stage, StagedLayer, ravel
 from ops.gather_nd.plan import _buckets, _graph_size, _lead_chunks, _locate
 
 
@@ -62,7 +62,7 @@ def _make_bucket(p: _Plan, index):
 
 def _make_output(p: _Plan, index):
     lead, s = index[: len(p.lead_chunks)], index[len(p.lead_chunks) :]
-    o = int(np.ravel_multi_index(lead, tuple(map(len, p.lead_chunks)))) if lead else 0
+    o = ravel(lead, tuple(map(len, p.lead_chunks)))
     shape = tuple(p.lead_chunks[k][i] for k, i in enumerate(lead))
     shape += tuple(p.slice_chunks[k][i] for k, i in enumerate(s))
     pieces = []

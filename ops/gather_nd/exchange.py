@@ -28,6 +28,12 @@ rows; under a memory limit smaller than that, set a scratch store (``scratch_gra
 
 The stages are a ``layer.StagedLayer``: calling ``gather_nd`` builds no task (it costs the
 chunks along each axis), and the tasks are made when the graph is optimised or run.
+
+Scheduling an all-to-all has one more cost that grows with a product: Dask orders a graph
+(``dask.order``, on the client's scheduler or the distributed scheduler) in about roots x
+output blocks steps, and in an all-to-all every root reaches every output block. Params
+read from their source (Zarr, ``_block_reads``) are read inside the serve tasks, so the
+roots are the source and the indices blocks; other params bring a root per block.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from ops.gather_nd.kernel import (
     _exchange_serve,
     _rows_block,
 )
-from ops.gather_nd.layer import Stage, StagedLayer
+from ops.gather_nd.layer import Stage, StagedLayer, ravel, unravel
 from ops.gather_nd.plan import BlockGrid, _exchange_groups
 
 
@@ -108,7 +114,7 @@ def _make_requests(p: _Plan, index):
     (j,) = index
     keys, offsets = [], []
     for f in p.index_group(j):
-        lead = tuple(int(i) for i in np.unravel_index(f, p.lead_numblocks))
+        lead = unravel(f, p.lead_numblocks)
         keys.append((p.indices_name, *lead, 0))
         offsets.append([int(p.lead_starts[k][i]) for k, i in enumerate(lead)])
     return (_exchange_requests, p.names["grid"], p.params_shape, p.b, p.negative, p.per_group, p.groups,
@@ -134,7 +140,7 @@ def _make_route_piece(p: _Plan, index):
 
 def _make_serve(p: _Plan, index):
     h, *s = index
-    block = (*(int(i) for i in np.unravel_index(h, p.params_numblocks)), *s)
+    block = (*unravel(h, p.params_numblocks), *s)
     # A block read from its source is read inside the serve task: params' blocks are then no
     # roots of the graph, each connected to every output block (the scheduler orders a
     # graph in about roots x outputs steps).
@@ -160,7 +166,7 @@ def _make_gather(p: _Plan, index):
 
 def _make_output(p: _Plan, index):
     lead, s = index[: len(p.lead_numblocks)], index[len(p.lead_numblocks) :]
-    f = int(np.ravel_multi_index(lead, p.lead_numblocks)) if lead else 0
+    f = ravel(lead, p.lead_numblocks)
     j = f // p.per_index_group
     first = int(p.tuple_starts[j * p.per_index_group])
     start, stop = int(p.tuple_starts[f]) - first, int(p.tuple_starts[f + 1]) - first

@@ -194,7 +194,8 @@ def _exchange_route(first: int, count: int, *pieces):
     hit = np.concatenate([p[0] for p in pieces]) - first
     rows = np.concatenate([p[1] for p in pieces])
     source = np.repeat(np.arange(len(pieces), dtype=np.int64), [len(p[0]) for p in pieces])
-    order = np.argsort(hit, kind="stable")  # by block, then indices group, then request
+    # By block, then indices group, then request (a radix sort for small keys).
+    order = np.argsort(hit.astype(np.uint16) if count <= 2**16 else hit, kind="stable")
     starts = np.searchsorted(hit[order], np.arange(count + 1, dtype=np.int64))
     counts = np.bincount(hit * len(pieces) + source, minlength=count * len(pieces)).reshape(count, len(pieces))
     return rows[order], starts, counts
@@ -214,14 +215,21 @@ def _exchange_serve(block: np.ndarray, merged: int, request):
 
 def _exchange_collect(*served):
     """A params group's served rows reordered by indices group (then block, then request):
-    (rows, where each indices group's rows start)."""
-    rows = np.concatenate([s[0] for s in served])
+    (rows, where each indices group's rows start). Each block's rows are already by indices
+    group, so one scatter per block puts them in place (no concatenation first)."""
     counts = np.stack([s[1] for s in served])  # [block, indices group]
-    lengths = counts.T.reshape(-1)  # segments in (indices group, block) order
-    starts = (np.cumsum(counts.reshape(-1)) - counts.reshape(-1)).reshape(counts.shape).T.reshape(-1)
-    order = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
     group_rows = counts.sum(axis=0)
-    return np.take(rows, order, axis=0), np.concatenate([[0], np.cumsum(group_rows)])
+    group_starts = np.concatenate([[0], np.cumsum(group_rows)])
+    # Where block k's rows for indices group j start: after the group's rows of blocks < k.
+    within = np.cumsum(counts, axis=0) - counts
+    first = served[0][0]
+    out = np.empty((int(group_rows.sum()), *first.shape[1:]), first.dtype)
+    for k, (rows, n) in enumerate(served):
+        if len(rows):
+            starts = group_starts[:-1] + within[k]
+            positions = np.repeat(starts - (np.cumsum(n) - n), n) + np.arange(len(rows))
+            _scatter_rows(out, positions, rows)
+    return out, group_starts
 
 
 def _exchange_response_piece(collected, j: int):

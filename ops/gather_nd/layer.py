@@ -9,12 +9,31 @@ count is arithmetic, so neither a call nor ``len(graph)`` loops over blocks.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from dask.highlevelgraph import Layer
+
+
+def unravel(flat: int, shape) -> tuple[int, ...]:
+    """``np.unravel_index`` of one int, in Python: stages call it once per task they make,
+    where NumPy's round trip through arrays would cost more than the task."""
+    index = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n)
+        index.append(i)
+    return tuple(reversed(index))
+
+
+def ravel(index, shape) -> int:
+    """``np.ravel_multi_index`` of one index, in Python (C order; 0 for a 0-d shape)."""
+    flat = 0
+    for i, n in zip(index, shape):
+        flat = flat * n + i
+    return flat
 
 
 @dataclass(frozen=True)
@@ -33,7 +52,7 @@ class Stage:
         return math.prod(self.shape)
 
     def keys(self):
-        return ((self.name, *index) for index in np.ndindex(*self.shape))
+        return ((self.name, *index) for index in itertools.product(*map(range, self.shape)))
 
 
 class StagedLayer(Layer):
@@ -53,10 +72,9 @@ class StagedLayer(Layer):
         if self._tasks is None:
             tasks = dict(self.literals)
             for stage in self.stages:
-                make = stage.make
-                for index in np.ndindex(*stage.shape):
-                    index = tuple(map(int, index))
-                    tasks[(stage.name, *index)] = make(index)
+                make, name = stage.make, stage.name
+                for index in itertools.product(*map(range, stage.shape)):
+                    tasks[(name, *index)] = make(index)
             self._tasks = tasks
         return self._tasks
 

@@ -31,7 +31,7 @@ from ops.gather_nd.kernel import (
     _scatter_rows,
     check_index_values,
 )
-from ops.gather_nd.layer import Stage, StagedLayer
+from ops.gather_nd.layer import Stage, StagedLayer, ravel, unravel
 from ops.gather_nd.plan import _locate
 
 
@@ -339,7 +339,7 @@ class _ScratchPlan:
         return range(j * self.batch_size, min((j + 1) * self.batch_size, self.n_lead))
 
     def lead_index(self, f: int) -> tuple[int, ...]:
-        return tuple(int(i) for i in np.unravel_index(f, self.lead_numblocks))
+        return unravel(f, self.lead_numblocks)
 
     def row_shape(self, s) -> tuple[int, ...]:
         return tuple(self.slice_chunks[k][i] for k, i in enumerate(s))
@@ -371,7 +371,7 @@ def _make_serve(p: _ScratchPlan, index):
     first = g * p.group_size
     blocks = []
     for h in range(first, min(first + p.group_size, math.prod(p.params_numblocks))):
-        block = (*(int(i) for i in np.unravel_index(h, p.params_numblocks)), *s)
+        block = (*unravel(h, p.params_numblocks), *s)
         blocks.append((p.params_name, *block) if p.source is None else p.source.reader(block))
     row_shape = p.row_shape(s)
     return (
@@ -397,7 +397,7 @@ def _make_assemble(p: _ScratchPlan, index):
 
 def _make_view(p: _ScratchPlan, index):
     lead, s = index[: len(p.lead_numblocks)], index[len(p.lead_numblocks) :]
-    f = int(np.ravel_multi_index(lead, p.lead_numblocks)) if lead else 0
+    f = ravel(lead, p.lead_numblocks)
     j = f // p.batch_size
     first = int(p.tuple_starts[j * p.batch_size])
     start, stop = int(p.tuple_starts[f]) - first, int(p.tuple_starts[f + 1]) - first
