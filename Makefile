@@ -24,7 +24,7 @@ JOBS ?= 2
 PYTEST := -m pytest -q --durations=20 -n $(JOBS) --dist loadfile
 
 .PHONY: serve demo test test-smoke test-latest test-oldest test-matrix lock bench bench-service \
-        bench-load bench-out-of-core fuzz clean
+        bench-load bench-out-of-core fuzz clean conformance
 
 # $(call venv,DIR,PYTHON,ARGUMENTS OF uv pip install): a new environment with the project and
 # its test extra. uv resolves and installs in seconds; it comes from PyPI into the environment.
@@ -85,6 +85,12 @@ test-oldest:
 lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra test --universal --python-version 3.11 --upgrade \
 	    --quiet -o $(LOCK)
+
+# OGC API - Processes 1.0 conformance: the ported subset of OGC's test suite against a live
+# service on 127.0.0.1 (tests/service/api/test_conformance_suite.py, which the suite runs too),
+# one PASS/FAIL line per requirement; non-zero exit on any failure.
+conformance: $(STAMP)
+	$(BIN)/python tools/conformance.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.rearrange
