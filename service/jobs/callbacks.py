@@ -375,9 +375,9 @@ class SubscribedRecords(JobRecords):
     every status and progress change of a job passes through these methods, so this is the
     one place callbacks hook in. The snapshot is read right after the change."""
 
-    def __init__(self, path, callbacks: CallbackDispatcher, **options):
+    def __init__(self, path, callbacks: CallbackDispatcher | None = None, **options):
         super().__init__(path, **options)
-        self.callbacks = callbacks
+        self.callbacks = callbacks  # None until set: changes are then not told
         self._watched: set[str] = set()
         self._watched_lock = threading.Lock()
 
@@ -388,6 +388,11 @@ class SubscribedRecords(JobRecords):
                 self._watched.add(job_id)
             self._tell(job)
         return job
+
+    def start(self, job_id: str) -> bool:
+        started = super().start(job_id)
+        self._changed(job_id)
+        return started
 
     def update(self, job_id: str, **fields) -> None:
         super().update(job_id, **fields)
@@ -402,7 +407,7 @@ class SubscribedRecords(JobRecords):
         with self._watched_lock:
             watched = job_id in self._watched
             self._watched.discard(job_id)
-        if watched:
+        if watched and self.callbacks is not None:
             self.callbacks.forget(job_id)
 
     def mark_interrupted(self) -> int:
@@ -432,4 +437,5 @@ class SubscribedRecords(JobRecords):
         if job["status"] in FINAL:
             with self._watched_lock:
                 self._watched.discard(job["id"])
-        self.callbacks.changed(job)
+        if self.callbacks is not None:
+            self.callbacks.changed(job)
