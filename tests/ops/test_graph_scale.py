@@ -44,6 +44,15 @@ def test_channels_in_several_chunks_are_merged_by_a_lazy_layer_not_a_rechunk():
         assert tasks_after_optimisation(y) <= 3 * x.npartitions
 
 
+def test_the_task_estimate_counts_no_rechunk_for_merged_channels():
+    # 400 input blocks, 100 output blocks; the op adds one task per output block, so a limit
+    # of 100 tasks lets the call through (the old estimate added a rechunk's 500 tasks).
+    x = da.zeros((1, 20, 20, 8), chunks=(1, 2, 2, 2), dtype="float32")
+    with ops.limits(max_tasks=100):
+        y = ops.depth_to_space(x, 2)
+    assert len(y.dask.layers[y.name]) == 100
+
+
 @pytest.mark.parametrize("direction", ["depth_to_space", "space_to_depth"])
 def test_aligned_input_adds_one_lazy_layer_and_one_task_per_chunk(direction):
     x = da.zeros((4, 64, 64, 16), chunks=(1, 2, 2, 16), dtype="float32")  # 4,096 blocks
