@@ -126,14 +126,19 @@ def _exchange_groups(params_blocks: int, index_blocks: int) -> tuple[int, int, i
 
     Requests and rows cross between the two kinds of groups through one small task per pair
     of groups, so the pairs, (G + 1)(J + 1), are kept within P + I (the two block counts):
-    the graph is then linear in P + I, at most 4 (P + I) tasks and fewer edges. Within that,
-    G and J are about equal (both about sqrt(P + I), or all the blocks of the smaller side),
-    so the largest group task holds about 1/sqrt(P + I) of the requests or the output rows.
+    the graph is then linear in P + I: at most 4 (P + I) tasks and 8 (P + I) edges. Within
+    that, G is about sqrt(P + I) (or P) and J takes the rest (I at most), so the largest group
+    task holds about 1/sqrt(P + I) of the requests or the output rows, and no task waits on
+    more than about sqrt(P + I) others (a params group's blocks, or the groups of a side)
+    unless params has fewer than sqrt(P + I) blocks (J is then about I / P).
     """
     total = params_blocks + index_blocks
     groups = min(params_blocks, max(1, math.isqrt(total) - 1))
+    # The rest of the pairs to the indices side: an indices group's task holds its blocks'
+    # output rows, so fewer blocks a group is what bounds memory there (a params group's
+    # task holds its share of the rows: 1/G, already no more than an output block's share
+    # when the indices side has fewer than G blocks).
     index_groups = min(index_blocks, max(1, total // (groups + 1) - 1))
-    groups = min(params_blocks, max(1, total // (index_groups + 1) - 1))
     per_group, per_index_group = -(-params_blocks // groups), -(-index_blocks // index_groups)
     return -(-params_blocks // per_group), per_group, -(-index_blocks // per_index_group), per_index_group
 

@@ -49,7 +49,8 @@ def test_tasks_and_edges_grow_with_the_sum_of_the_blocks():
     assert (y.compute() == 0).all()
 
 
-@pytest.mark.parametrize("P,I", [(1, 1), (1, 500), (500, 1), (7, 3), (16_384, 250), (1_000_000, 1_000)])
+@pytest.mark.parametrize("P,I", [(1, 1), (1, 500), (500, 1), (7, 3), (16_384, 250), (1_000_000, 1_000),
+                                 (1_000_000, 1), (300, 300)])
 def test_groups_keep_the_pairs_within_the_blocks(P, I):
     groups, per_group, index_groups, per_index_group = _exchange_groups(P, I)
     assert (groups - 1) * per_group < P <= groups * per_group
@@ -57,6 +58,10 @@ def test_groups_keep_the_pairs_within_the_blocks(P, I):
     assert exchange_tasks(I, P, 1) <= 4 * (P + I) + 4
     if P + I > 100:  # the larger cases: both sides in about sqrt(P + I) groups, or all their blocks
         assert groups >= min(P, math.isqrt(P + I) // 2) and index_groups >= min(I, math.isqrt(P + I) // 2)
+    if P >= math.isqrt(P + I):  # no task waits on many more than sqrt(P + I) others
+        # (collect: a params group's blocks; requests: an indices group's; gather: every
+        # params group, and its requests; route: every indices group)
+        assert max(per_group, per_index_group, groups + 1, index_groups) <= 2 * math.isqrt(P + I) + 2
 
 
 def test_building_makes_no_task(monkeypatch):
