@@ -158,6 +158,9 @@ def get_job(job_id: JobID, request: Request, svc: Services = Depends(services)) 
     return status_info(_job(svc, job_id), base_url(request), svc.store)
 
 
+_EXPIRES = {"description": "when the job and its stored result are deleted (an HTTP-date; "
+                           "job_retention_seconds after it finished)", "schema": {"type": "string"}}
+
 # A failed job answers with its own error (its status and type, as the sync request would have).
 _FAILED = "the job failed with this error"
 
@@ -168,10 +171,11 @@ _FAILED = "the job failed with this error"
           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Results"}},
                       NPY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
           "headers": {"X-Array-Dtype": {"description": "bfloat16 or complex32 when the inline NPY holds those "
-                                                       "types' raw bits", "schema": {"type": "string"}}}},
+                                                       "types' raw bits", "schema": {"type": "string"}},
+                      "Expires": _EXPIRES}},
     204: {"description": "Response raw, transmission reference: no content, a Link header to the stored result",
           "headers": {"Link": {"description": "the stored result (rel related, title result)",
-                               "schema": {"type": "string"}}}},
+                               "schema": {"type": "string"}}, "Expires": _EXPIRES}},
     **problems(400, 401, 404, 409, 413, 500, 503, 507, _400=_FAILED + " (bad inputs)",
                _404="No such job; result-not-ready while it is not successful, and when its result was not "
                     "stored (a synchronous execution's) or was deleted",
