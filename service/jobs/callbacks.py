@@ -201,7 +201,7 @@ class CallbackDispatcher:
         self._feeds: dict[str, _Feed] = {}  # the loop's own (read elsewhere only for its size)
         self._loop = asyncio.new_event_loop()
         self._client: httpx.AsyncClient | None = None
-        self._thread = threading.Thread(target=self._run, name="job-callbacks", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="callback-deliveries", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -196,7 +196,7 @@ def test_a_successful_job_pushes_its_states_and_then_its_results(svc, receivers)
     assert [d["status"] for d in documents] == ["accepted", "running"]
     assert allowed.to(_path(uris["failedUri"])) == []
     # the pushes to inProgressUri came at most one per interval
-    assert all(b["at"] - a["at"] >= INTERVAL * 0.6 for a, b in zip(progress, progress[1:]))
+    assert all(b["at"] - a["at"] >= INTERVAL * 0.3 for a, b in zip(progress, progress[1:]))
 
 
 def test_a_failed_job_pushes_its_status_to_failed_uri(svc, receivers):
@@ -337,9 +337,11 @@ def test_progress_pushes_are_rate_limited_and_the_latest_state_and_the_end_are_d
     assert seen[0] == ("accepted", 0) and seen[1][0] == "running"
     assert seen[-1] == ("running", 99)  # the latest state before the end
     assert len(seen) == len(set(seen)) and seen == sorted(seen, key=states.index)
-    assert len(seen) <= took / interval + 2
-    # spaced by the interval when sent (their arrival here may jitter a little on a busy machine)
-    assert all(b["at"] - a["at"] >= interval * 0.6 for a, b in zip(pushes, pushes[1:]))
+    assert 3 <= len(seen) <= took / interval + 4  # 101 changes in `took` seconds
+    # spaced by the interval when sent; as they arrive here (a busy machine delays one now and
+    # then), on average by the interval, each by much more than the changes' 10 ms
+    gaps = [b["at"] - a["at"] for a, b in zip(pushes, pushes[1:])]
+    assert sum(gaps) / len(gaps) >= interval * 0.8 and min(gaps) >= interval * 0.3, gaps
     success = allowed.to(_path(uris["successUri"]))
     assert [json.loads(s["body"]) for s in success] == [{"result": "rate"}]
     assert success[0]["at"] >= pushes[-1]["at"]  # after the job's last progress
@@ -403,3 +405,18 @@ def test_a_database_from_before_subscribers_opens_and_keeps_its_jobs(tmp_path, r
     finally:
         records.close()
         dispatcher.close()
+
+
+def test_a_subscriber_past_the_pending_bound_is_a_503_and_no_job(svc, receivers, monkeypatch):
+    allowed, _ = receivers
+    callbacks = svc.app.state.services.callbacks
+    monkeypatch.setattr(callbacks, "max_pending", 0)  # as if that many jobs' deliveries waited
+    before = len(svc.get("/jobs", params={"limit": 10000}).json()["jobs"])
+    answer = _small_job(svc, _uris(allowed, "full", "successUri"))
+    assert answer.status_code == 503 and answer.headers["Retry-After"]
+    assert "callback_max_pending" in answer.json()["detail"]
+    assert len(svc.get("/jobs", params={"limit": 10000}).json()["jobs"]) == before
+    # a job without a subscriber is not held up by the callbacks' bound
+    plain = {"inputs": {"x": inline(np.zeros((1, 2, 2, 1), np.float32)), "block_size": 2}}
+    assert svc.post("/processes/space_to_depth/execution", json=plain,
+                    headers={"Prefer": "respond-async"}).status_code == 201
