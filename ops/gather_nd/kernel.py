@@ -122,14 +122,6 @@ def _assemble(shape, dtype, lead_ndim: int, parts):
     return out
 
 
-def _block_rows(local: list[np.ndarray], blocks: list[np.ndarray], chunks) -> np.ndarray:
-    """Each tuple's row within its params block with the merged dims flattened (C order)."""
-    rows = np.zeros(len(local[0]) if local else 0, np.int64)
-    for coord, block, axis_chunks in zip(local, blocks, chunks):
-        rows = rows * np.asarray(axis_chunks, np.int64)[block] + coord
-    return rows
-
-
 def _rows_view(block: np.ndarray, merged: int) -> np.ndarray:
     view = _merged_view(block, merged)
     return view if view is not None else block.reshape(math.prod(block.shape[:merged]), *block.shape[merged:])

@@ -24,7 +24,6 @@ from dask.highlevelgraph import HighLevelGraph
 from ops import _block_reads, _chunks, _lazy
 from ops.gather_nd.kernel import (
     _as_bytes,
-    _block_rows,
     _coordinates,
     _rows_view,
     _runs,
@@ -32,7 +31,7 @@ from ops.gather_nd.kernel import (
     check_index_values,
 )
 from ops.gather_nd.layer import Stage, StagedLayer, ravel, unravel
-from ops.gather_nd.plan import _locate
+from ops.gather_nd.plan import BlockGrid
 
 
 #: Bytes a split task holds per index tuple (the indices, their coordinates, block numbers,
@@ -40,7 +39,7 @@ from ops.gather_nd.plan import _locate
 _SPLIT_BYTES_PER_TUPLE = 128
 
 
-def _scratch_split(index_blocks, offsets, params_shape, params_chunks, b, negative, run, name,
+def _scratch_split(index_blocks, offsets, params_shape, grid, b, negative, run, name,
                    first_batch: int, batch_sizes, group_size: int):
     """A run of consecutive indices blocks, cut into batches of ``batch_sizes`` tuples.
 
@@ -56,12 +55,9 @@ def _scratch_split(index_blocks, offsets, params_shape, params_chunks, b, negati
         check_index_values(indices, params_shape[b : b + indices.shape[-1]], negative, b, offset)
         coords.append([np.ascontiguousarray(x).reshape(-1) for x in _coordinates(indices, params_shape, b, offset)])
     coords = [np.concatenate(axis) for axis in zip(*coords)]
-    numblocks = tuple(len(axis) for axis in params_chunks)
-    n_params, n_batches = math.prod(numblocks), len(batch_sizes)
-    hit, local = _locate(coords, params_chunks)
-    blocks = np.unravel_index(hit, numblocks) if len(hit) else [np.zeros(0, np.int64)] * len(numblocks)
-    rows = _block_rows(local, list(blocks), params_chunks)
-    del coords, local, blocks
+    n_params, n_batches = grid.blocks, len(batch_sizes)
+    hit, rows = grid.locate(coords)  # the block, and the row in it (merged dims flattened)
+    del coords
     batch = np.repeat(np.arange(n_batches, dtype=np.int64), batch_sizes)
     key = ((hit // group_size) * n_batches + batch) * group_size + hit % group_size
     order = np.argsort(key, kind="stable")
@@ -271,7 +267,8 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
     # Tuples per indices block, flat (C order): an outer product of the chunks along each axis.
     tuples = functools.reduce(np.multiply.outer, [np.asarray(c, np.int64) for c in lead_chunks], np.int64(1))
     plan_ = _ScratchPlan(
-        names={"split": split, "plan": plan, "serve": serve, "served": served, "assemble": assemble},
+        names={"split": split, "plan": plan, "serve": serve, "served": served, "assemble": assemble,
+               "grid": f"gather_nd-grid-{token}"},
         run=run, indices_name=indices.name, params_name=params.name, params_shape=params.shape,
         merged_chunks=params.chunks[:merged], slice_chunks=params.chunks[merged:], dtype=params.dtype, b=b,
         negative=negative, source=source, lead_numblocks=lead_numblocks, lead_chunks=lead_chunks,
@@ -293,7 +290,7 @@ def _build_scratch(params: da.Array, indices: da.Array, b: int, negative: bool, 
         stage(served, (1,), _make_served),
         stage(assemble, (n_batches, *slices), _make_assemble),
         stage(name, (*lead_numblocks, *slices), _make_view),
-    ])
+    ], literals={plan_.names["grid"]: BlockGrid.of(params.chunks[:merged])})
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[params, indices])
     chunks = (*lead_chunks, *params.chunks[merged:])
     return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))
@@ -358,7 +355,7 @@ def _make_split(p: _ScratchPlan, index):
     return (
         _scratch_split, [(p.indices_name, *index, 0) for index in blocks],
         [[int(p.lead_starts[k][i]) for k, i in enumerate(index)] for index in blocks], p.params_shape,
-        p.merged_chunks, p.b, p.negative, p.run, f, first, sizes, p.group_size,
+        p.names["grid"], p.b, p.negative, p.run, f, first, sizes, p.group_size,
     )
 
 
