@@ -44,6 +44,16 @@ def test_channels_in_several_chunks_are_merged_by_a_lazy_layer_not_a_rechunk():
         assert tasks_after_optimisation(y) <= 3 * x.npartitions
 
 
+def test_chunk_boundaries_off_the_block_size_are_moved_lazily():
+    # H/W chunks of 3 with block size 2: the boundaries move to multiples of 2. Dask's
+    # rechunk made every task at call time (~0.5 ms per chunk); the layer makes them when
+    # the graph is materialised, then one per new block.
+    x = da.zeros((4, 60, 60, 4), chunks=(1, 3, 3, 4), dtype="float32")  # 1,600 blocks
+    y = ops.space_to_depth(x, 2)
+    assert materialised_tasks(y, x) == 0
+    assert tasks_after_optimisation(y) <= 3 * x.npartitions
+
+
 def test_the_task_estimate_counts_no_rechunk_for_merged_channels():
     # 400 input blocks, 100 output blocks; the op adds one task per output block, so a limit
     # of 100 tasks lets the call through (the old estimate added a rechunk's 500 tasks).
