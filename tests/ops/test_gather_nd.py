@@ -143,7 +143,7 @@ def test_dask_plans_equal_numpy(scratch_dir, case):
     assert_same(compute(ops.gather_nd(lazy_params, indices, **kwargs)), expected)  # concrete
     assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # broadcast
     assert_same(compute(ops.gather_nd(params, lazy_indices, **kwargs)), expected)
-    with dask.config.set({"array.chunk-size": "1B"}):  # force the shuffle plan
+    with dask.config.set({"array.chunk-size": "1B"}):  # force the exchange plan (no scratch)
         assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)
     with dask.config.set({"array.chunk-size": "1B", "chunked-tensor-ops.scratch": str(scratch_dir)}):
         assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # scratch plan
