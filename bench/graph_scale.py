@@ -1,0 +1,449 @@
+"""Graph scaling benchmark (run by hand, not a test): ``python -m bench.graph_scale``.
+
+How the operators' Dask graphs grow with the number of input chunks, on inputs of tiny chunks
+(64-byte blocks), for 1e3, 1e4, 1e5 and 1e6 input chunks (``--sizes``):
+
+- build: the client's wall-clock time to *call* the operator on a lazy input (``da.from_zarr``
+  of a metadata-only Zarr array in memory: nothing is read or computed);
+- tasks per input chunk, raw: the length of the operator's high-level graph (input layer
+  included), divided by the input chunks;
+- tasks per input chunk as the scheduler sees them: the graph that writes the result into a
+  Zarr array (``da.store``, as a Zarr-to-Zarr job does), after Dask's optimisation (blockwise
+  fusion; inside ``ops.fusing_stores`` as the service stores), counted task by task. A plain
+  Zarr copy (``from_zarr -> store``) is the reference line. Counting materialises the graph, so
+  it is done up to ``--max-count-chunks`` (2e5) input chunks; larger sizes show the count per
+  chunk of the largest counted size, marked ``*`` (the count per chunk is flat across sizes);
+- end to end, up to ``--max-cluster-chunks`` (2e5) input chunks: a real ``dask scheduler`` and
+  two ``dask worker`` processes (one thread each) on 127.0.0.1 read a Zarr input from local
+  disk, apply the operator and write a Zarr output; against a plain Zarr copy of the same
+  chunks on the same cluster, as the ratio of input chunks per second (op / copy). On such
+  small blocks the time is the scheduler's and the workers' per-task overhead.
+
+Every operator and size runs in a child process with a time limit (``--time-limit``): past it
+the child is stopped and the table says "over N s" (a build that takes minutes is a finding,
+not a hang). The operators: DepthToSpace and SpaceToDepth bs=2, SpaceToBatchND [2, 2] without
+and with paddings 1, BatchToSpaceND [2, 2] without and with crops 1 (all on float32
+``[4, H, W, 4]`` chunks ``[1, 2, 2, 4]``), AscendDequant (int32 ``[m, 16]`` chunks ``[4, 16]``,
+a float32 vector scale; and per_token, a NumPy scale per row) and GatherNd (params as above,
+1e3 lazy index chunks of 8 tuples).
+
+The run is recorded as this benchmark's section of bench/RESULTS.md (``--no-record``: printed
+only); ``--previous RESULTS_MD`` shows the tables of that file's section of this benchmark
+in the new one as the previous run, for a before/after comparison on the same machine (e.g. a
+run on an export of an earlier commit). The build times are plotted (log-log) in
+bench/graph_scale.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import multiprocessing
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+
+import ops
+from bench.common import RESULTS, Processes, machine, record_section
+
+ROOT = Path(__file__).resolve().parent.parent
+PLOT = ROOT / "bench" / "graph_scale.png"
+#: Index tuples per GatherNd index chunk, and the index chunks (fixed: the params grow).
+TUPLES_PER_CHUNK, INDEX_CHUNKS = 8, 1000
+DEQUANT_COLUMNS, DEQUANT_ROWS = 16, 4
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+def image_shape(chunks: int, side: int = 2, channel_chunks: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, chunk shape) of a float32 [4, H, W, 4] input with about ``chunks`` blocks of
+    [1, side, side, 4 / channel_chunks] (H and W even)."""
+    per_batch = max(chunks // 4 // channel_chunks, 1)
+    even = side % 2 + 1  # an odd side needs an even block count for even H and W
+    h = max(int(math.isqrt(per_batch)) // even * even, even)
+    w = max(per_batch // h // even * even, even)
+    return (4, side * h, side * w, 4), (1, side, side, 4 // channel_chunks)
+
+
+def inputs_of(chunks: int) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], str]]:
+    """name -> (shape, chunk shape, dtype) of every input at this size."""
+    return {
+        "x": (*image_shape(chunks), "float32"),
+        "x_c2": (*image_shape(chunks, channel_chunks=2), "float32"),  # channels in 2 chunks
+        "x_3": (*image_shape(chunks, side=3), "float32"),  # H/W chunks of 3: not multiples of 2
+        "src": ((DEQUANT_ROWS * chunks, DEQUANT_COLUMNS), (DEQUANT_ROWS, DEQUANT_COLUMNS), "int32"),
+        "indices": ((TUPLES_PER_CHUNK * INDEX_CHUNKS, 3), (TUPLES_PER_CHUNK, 3), "int64"),
+    }
+
+
+def metadata_array(store, shape, chunks, dtype) -> zarr.Array:
+    """A Zarr array with no chunk written (reads give the fill value)."""
+    return zarr.create_array(store, shape=shape, chunks=chunks, dtype=dtype, fill_value=0, zarr_format=3,
+                             overwrite=True)
+
+
+# --- the operators ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    inputs: tuple[str, ...]  # the first one's chunks are "the input chunks"
+    build: Callable  # (lazy inputs by name) -> lazy result
+    cluster: bool = True  # also run end to end (else build and counts only)
+
+
+def _per_token_scale(rows: int) -> np.ndarray:
+    return np.linspace(0.5, 2.0, rows, dtype=np.float32)
+
+
+CASES = [
+    Case("depth_to_space", ("x",), lambda a: ops.depth_to_space(a["x"], 2)),
+    Case("space_to_depth", ("x",), lambda a: ops.space_to_depth(a["x"], 2)),
+    Case("depth_to_space, channels in 2 chunks", ("x_c2",), lambda a: ops.depth_to_space(a["x_c2"], 2), False),
+    Case("space_to_depth, channels in 2 chunks", ("x_c2",), lambda a: ops.space_to_depth(a["x_c2"], 2), False),
+    Case("space_to_depth, H/W chunks of 3", ("x_3",), lambda a: ops.space_to_depth(a["x_3"], 2), False),
+    Case("space_to_batch_nd", ("x",), lambda a: ops.space_to_batch_nd(a["x"], [2, 2], [[0, 0], [0, 0]])),
+    Case("space_to_batch_nd pad 1", ("x",), lambda a: ops.space_to_batch_nd(a["x"], [2, 2], [[1, 1], [1, 1]])),
+    Case("batch_to_space_nd", ("x",), lambda a: ops.batch_to_space_nd(a["x"], [2, 2], [[0, 0], [0, 0]])),
+    Case("batch_to_space_nd crop 1", ("x",), lambda a: ops.batch_to_space_nd(a["x"], [2, 2], [[1, 1], [1, 1]])),
+    Case("ascend_dequant", ("src",),
+         lambda a: ops.ascend_dequant(a["src"], np.linspace(0.5, 2, DEQUANT_COLUMNS, dtype=np.float32),
+                                      dst_dtype="float32")),
+    Case("ascend_dequant per_token", ("src",),
+         lambda a: ops.ascend_dequant(a["src"], _per_token_scale(a["src"].shape[0]), dst_dtype="float32",
+                                      policy="per_token")),
+    Case("gather_nd", ("x", "indices"), lambda a: ops.gather_nd(a["x"], a["indices"])),
+]
+COPY = {"x": Case("Zarr copy (float32 x)", ("x",), lambda a: a["x"]),
+        "src": Case("Zarr copy (int32 src)", ("src",), lambda a: a["src"])}
+
+
+def input_chunks(case: Case, chunks: int) -> int:
+    """The case's input chunks at this size (GatherNd: params + index chunks)."""
+    shapes = inputs_of(chunks)
+    return sum(math.prod(-(-s // c) for s, c in zip(*shapes[name][:2])) for name in case.inputs)
+
+
+def stored_graph(result: da.Array, store) -> da.Array:
+    """``result`` written into a new Zarr array in ``store`` (its own chunks when regular, else
+    its largest chunk per axis after a rechunk, as a Zarr-to-Zarr job must)."""
+    if not all(ops._chunks.zarr_regular(c) for c in result.chunks):
+        result = result.rechunk(tuple(max(c) for c in result.chunks))
+    z = metadata_array(store, result.shape, tuple(max(c[0], 1) for c in result.chunks), result.dtype)
+    return da.store(result, z, lock=False, compute=False)
+
+
+def scheduler_tasks(result: da.Array) -> int:
+    """Tasks of the store graph of ``result`` after Dask's optimisation (materialised)."""
+    stored = stored_graph(result, zarr.storage.MemoryStore())
+    with ops.fusing_stores():
+        (optimised,) = dask.optimize(stored)
+    return len(dict(optimised.__dask_graph__()))
+
+
+# --- build measurements, each in a child process with a time limit --------------------------
+
+
+def _measure(case: Case, chunks: int, count: bool, scratch: str, pipe) -> None:
+    shapes = inputs_of(chunks)
+    lazy = {name: da.from_zarr(metadata_array(zarr.storage.MemoryStore(), *shapes[name]))
+            for name in case.inputs}
+    with dask.config.set({"chunked-tensor-ops.scratch": scratch}):
+        started = time.perf_counter()
+        result = case.build(lazy)
+        build = time.perf_counter() - started
+        regular = all(ops._chunks.zarr_regular(c) for c in result.chunks)
+        pipe.send({"build": build, "raw": len(result.__dask_graph__()), "zarr_rechunk": not regular})
+        pipe.send({"scheduler": scheduler_tasks(result) if count else None})
+
+
+def measure(case: Case, chunks: int, count: bool, limit: float, scratch: str) -> dict:
+    """{build, raw, scheduler} of ``case`` at ``chunks``; {"over": limit} when the build (or
+    the count) does not finish within ``limit`` seconds (the child is stopped)."""
+    context = multiprocessing.get_context("fork")  # the parent holds no threads yet
+    parent, child = context.Pipe(duplex=False)
+    proc = context.Process(target=_measure, args=(case, chunks, count, scratch, child), daemon=True)
+    proc.start()
+    child.close()
+    found, deadline = {}, time.monotonic() + limit
+    try:
+        while "scheduler" not in found:
+            left = deadline - time.monotonic()
+            if left <= 0 or not parent.poll(left):
+                return {**found, "over": limit}
+            found.update(parent.recv())
+    except EOFError:
+        return {**found, "error": f"child exited with {proc.exitcode}"}
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+    return found
+
+
+# --- end to end on a cluster ------------------------------------------------------------------
+
+
+def _random_block(kind: str, bounds, shape, dtype, block_id=None):
+    """A block of random input, seeded by its position (every block of an input has the same shape)."""
+    rng = np.random.default_rng([kind == "indices", kind == "src", *block_id])
+    if kind == "indices":
+        return np.stack([rng.integers(0, b, shape[0]) for b in bounds], axis=1).astype(dtype)
+    if kind == "src":
+        return rng.integers(-1000, 1000, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def write_inputs(client, root: Path, chunks: int, names) -> dict[str, zarr.Array]:
+    from bench.out_of_core import compute_store
+
+    arrays = {}
+    shapes = inputs_of(chunks)
+    for name in names:
+        shape, chunk, dtype = shapes[name]
+        z = metadata_array(zarr.storage.LocalStore(root / f"{name}.zarr"), shape, chunk, dtype)
+        normalized = da.core.normalize_chunks(chunk, shape)
+        blocks = da.map_blocks(_random_block, name, shapes["x"][0][:3], chunk, np.dtype(dtype),
+                               chunks=normalized, dtype=dtype, meta=np.empty((0,) * len(shape), dtype))
+        compute_store(client, da.store(blocks, z, lock=False, compute=False))
+        arrays[name] = z
+    return arrays
+
+
+def end_to_end(case: Case, client, arrays, root: Path, limit: float, scratch: str) -> float | str:
+    """Seconds of build + run of ``from_zarr -> case -> store`` on the cluster; "over N s" past the limit."""
+    from bench.out_of_core import compute_store
+
+    out = root / "out.zarr"
+    started = time.perf_counter()
+    try:
+        with dask.config.set({"chunked-tensor-ops.scratch": scratch}):
+            result = case.build({name: da.from_zarr(arrays[name]) for name in case.inputs})
+        compute_store(client, stored_graph(result, zarr.storage.LocalStore(out)),
+                      timeout=max(limit - (time.perf_counter() - started), 1))
+        return time.perf_counter() - started
+    except TimeoutError:
+        return f"over {limit:.0f} s"
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def run_cluster(sizes, cases, limit: float, work: Path, repeat: int) -> dict:
+    """{(case name, chunks): best seconds or "over N s"}, copies included, on one cluster; each
+    case runs ``repeat`` times in rounds (copies first in each), so a slow moment of the shared
+    machine does not land on one case only."""
+    from bench.out_of_core import Cluster
+
+    times = {}
+    procs = Processes(work)
+    try:
+        cluster = Cluster(procs, work, memory_limit="1GiB")
+        for chunks in sizes:
+            root = work / f"data-{chunks}"
+            arrays = write_inputs(cluster.client, root, chunks, sorted({n for case in cases for n in case.inputs}))
+            needed = {case.inputs[0] for case in cases}
+            for _ in range(repeat):
+                for case in [COPY[name] for name in COPY if name in needed] + cases:
+                    if isinstance(times.get((case.name, chunks)), str):
+                        continue  # over the limit once: not again
+                    took = end_to_end(case, cluster.client, arrays, root, limit, str(work / "scratch"))
+                    best = times.get((case.name, chunks), float("inf"))
+                    times[case.name, chunks] = took if isinstance(took, str) else min(best, took)
+                    print(f"  cluster {case.name} @ {chunks}: {_seconds(took)}", flush=True)
+            shutil.rmtree(root, ignore_errors=True)
+        cluster.close()
+    finally:
+        procs.stop()
+    return times
+
+
+# --- tables, plot, record -----------------------------------------------------------------------
+
+
+def _seconds(value) -> str:
+    if isinstance(value, str):
+        return value
+    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def build_table(results: dict, sizes, cases) -> str:
+    lines = ["| operator | input chunks | build | tasks / input chunk, raw | tasks / input chunk, scheduler |",
+             "|---|---|---|---|---|"]
+    for case in [COPY["x"], COPY["src"], *cases]:
+        per_chunk = None  # the last counted size's, for the sizes not counted
+        for size in sizes:
+            got = results.get((case.name, size))
+            if got is None:
+                continue
+            n = input_chunks(case, size)
+            build = _seconds(got["build"]) if "build" in got else got.get("error") or f"over {got['over']:.0f} s"
+            build = "-" if case in COPY.values() else build  # nothing to build: the input itself
+            raw = f"{got['raw'] / n:.2f}" if "raw" in got else "-"
+            if got.get("scheduler") is not None:
+                per_chunk = got["scheduler"] / n
+                sched = f"{per_chunk:.2f}"
+                if got.get("zarr_rechunk"):
+                    sched += " (r)"
+            elif "over" in got or "error" in got:
+                sched = f"count over {got['over']:.0f} s" if "build" in got and "over" in got else "-"
+            else:
+                sched = f"{per_chunk:.2f}*" if per_chunk is not None else "-"
+                sched += " (r)" if per_chunk is not None and got.get("zarr_rechunk") else ""
+            lines.append(f"| {case.name} | {n:,} | {build} | {raw} | {sched} |")
+    return "\n".join(lines)
+
+
+def cluster_table(times: dict, sizes, cases) -> str:
+    lines = ["| operator | input chunks | copy | operator | copy chunks/s | operator chunks/s | op / copy |",
+             "|---|---|---|---|---|---|---|"]
+    for case in cases:
+        copy = COPY[case.inputs[0]]
+        for size in sizes:
+            if (case.name, size) not in times:
+                continue
+            n, n_copy = input_chunks(case, size), input_chunks(copy, size)
+            t_copy, t_op = times[copy.name, size], times[case.name, size]
+            rate_copy = f"{n_copy / t_copy:,.0f}" if not isinstance(t_copy, str) else "-"
+            rate_op = f"{n / t_op:,.0f}" if not isinstance(t_op, str) else "-"
+            ratio = (f"{(n / t_op) / (n_copy / t_copy):.2f}x"
+                     if not isinstance(t_op, str) and not isinstance(t_copy, str) else "-")
+            lines.append(f"| {case.name} | {n:,} | {_seconds(t_copy)} | {_seconds(t_op)} | {rate_copy} | {rate_op} "
+                         f"| {ratio} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, sizes, cases, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for case in cases:
+        points = [(input_chunks(case, s), results[case.name, s]["build"]) for s in sizes
+                  if "build" in results.get((case.name, s), {})]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=case.name)
+    ax.axhline(2.0, color="grey", linestyle="--", label="target: 2 s at 1e6 chunks")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("input chunks")
+    ax.set_ylabel("client build time (s)")
+    ax.set_title("Time to call the operator on a lazy input (points missing: over the time limit)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def previous_section(results: Path) -> str:
+    """The ``bench.graph_scale`` section's run line and tables in ``results`` (a RESULTS.md),
+    as an earlier run to compare with."""
+    text = results.read_text()
+    match = re.search(r"^## `python -m bench\.graph_scale`\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    if match is None:
+        return ""
+    body = match.group(1)
+    body = body.split("\n### Previous run", 1)[0]  # one earlier run is kept, not a chain of them
+    run = re.search(r"Latest run: ([^,]+), code at (.+?)\. ", body)
+    tables = re.findall(r"(?:^\|.*\n)+", body, flags=re.M)
+    if not run or not tables:
+        return ""
+    return (f"### Previous run ({run.group(1)}, code at {run.group(2)}), same machine\n\n"
+            + "\n".join(tables).rstrip("\n") + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1e3,1e4,1e5,1e6", help="input chunk counts, comma-separated")
+    parser.add_argument("--ops", help="only the operators whose name contains one of these (comma-separated)")
+    parser.add_argument("--no-cluster", action="store_true", help="build and task counts only")
+    parser.add_argument("--max-cluster-chunks", type=float, default=2e5)
+    parser.add_argument("--max-count-chunks", type=float, default=2e5,
+                        help="count scheduler tasks up to this size (the count materialises the graph)")
+    parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per operator and size")
+    parser.add_argument("--repeat", type=int, default=2, help="end-to-end runs of each case (the best counts)")
+    parser.add_argument("--no-record", action="store_true", help="print only")
+    parser.add_argument("--previous", type=Path, metavar="RESULTS_MD",
+                        help="a RESULTS.md whose bench.graph_scale section is shown as the previous run "
+                             "(a before/after comparison on the same machine)")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(float(s)) for s in args.sizes.split(","))
+    wanted = [w.strip() for w in args.ops.split(",")] if args.ops else None
+    cases = [c for c in CASES if wanted is None or any(w in c.name for w in wanted)]
+    needed_copies = [COPY[name] for name in COPY if any(c.inputs[0] == name for c in cases)]
+    print(machine())
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="graph-scale-") as tmp:
+        work = Path(tmp)
+        for size in sizes:
+            for case in needed_copies + cases:
+                got = measure(case, size, size <= args.max_count_chunks, args.time_limit, str(work / "scratch"))
+                results[case.name, size] = got
+                print(f"  build {case.name} @ {input_chunks(case, size):,}: {got}", flush=True)
+        times = {}
+        cluster_sizes = [s for s in sizes if s <= args.max_cluster_chunks]
+        if not args.no_cluster and cluster_sizes:
+            # Only what built within the limit: the client builds the graph on the cluster too.
+            runnable = [c for c in cases if c.cluster and all("build" in results[c.name, s] for s in cluster_sizes)]
+            times = run_cluster(cluster_sizes, runnable, args.time_limit, work, args.repeat)
+
+    table = build_table(results, sizes, cases)
+    print("\n" + table)
+    body = (f"Machine: {machine().strip().removeprefix('machine: ')}. Inputs of tiny chunks (64-byte "
+            f"float32 [1, 2, 2, 4] blocks of [4, H, W, 4]; int32 [4, 16] rows for AscendDequant; GatherNd: "
+            f"params as x, {INDEX_CHUNKS:,} lazy index chunks of {TUPLES_PER_CHUNK} tuples). Build: the time to "
+            f"call the operator on `da.from_zarr` of a metadata-only Zarr array (time limit "
+            f"{args.time_limit:.0f} s per operator and size). Tasks per input chunk: raw, the operator's "
+            f"high-level graph; scheduler, the graph that stores the result into Zarr after Dask's "
+            f"optimisation, counted up to {int(args.max_count_chunks):,} chunks (`*`: the largest counted "
+            f"size's count per chunk; it is flat in the size; `(r)`: the result's chunks are not regular, and "
+            f"the count includes the rechunk to regular chunks that a Zarr output needs). GatherNd's input "
+            f"chunks are params + index chunks.\n\n{table}\n")
+    if times:
+        ctable = cluster_table(times, cluster_sizes, cases)
+        print("\n" + ctable)
+        body += (f"\nEnd to end (build + run) on `dask scheduler` + 2 x `dask worker --nthreads 1` on 127.0.0.1, "
+                 f"Zarr v3 on local disk to Zarr, against a plain Zarr copy of the same input on the same "
+                 f"cluster, in input chunks per second (best of {args.repeat} rounds):\n\n{ctable}\n")
+    elif not args.no_cluster:
+        body += "\nEnd to end: no size within --max-cluster-chunks.\n"
+    else:
+        body += "\nEnd to end: not run (--no-cluster).\n"
+    if plot(results, sizes, cases, PLOT):
+        body += "\nBuild times plotted (log-log) in [graph_scale.png](graph_scale.png).\n"
+    if args.previous:
+        previous = previous_section(args.previous)
+        if previous:
+            body += "\n" + previous
+    if not args.no_record:
+        record_section("bench.graph_scale", body)
+        print(f"\nrecorded in {RESULTS}")
+
+
+def _stop_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # the ``finally`` blocks stop the cluster's processes
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    with contextlib.suppress(KeyboardInterrupt):
+        main(sys.argv[1:])
