@@ -76,11 +76,12 @@ def load_schema(settings: Settings | None = None, config: SchemathesisConfig | N
 #    through shapes (block_size divides H and W, indices stay in range, deq_scale has one
 #    value per column of src, an inline value is a valid NPY of a supported dtype), which the
 #    operators check, answering with the messages ops raises.
+#  - POST /processes/echo/execution: an output asked for must echo an input the request gives.
 #  - GET /jobs/{jobID}/results: a job that failed answers with its own error (400 when its
 #    inputs were at fault, 413 when its result is over the inline limit), a fact about the job
 #    that no schema of the request can state.
 POSITIVE_NOT_APPLICABLE = ("PUT /arrays/{name}", "GET /jobs/{job_id}/results",
-                           "POST /processes/{process_id}/execution",
+                           "POST /processes/{process_id}/execution", "POST /processes/echo/execution",
                            *(f"POST /processes/{name}/execution" for name in registry.OPERATORS))
 
 # --- use_after_free (stateful runs) ------------------------------------------------------

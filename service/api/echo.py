@@ -114,7 +114,10 @@ INPUTS: dict[str, EchoInput] = {
                                                            {"minItems": 6, "maxItems": 6}],
                                 "items": {"type": "number"}},
                        "crs": {"type": "string", "format": "uri", "default": CRS84}}}),
-    "binary_input": EchoInput("binary content (base64, with its media type)", "binary", TypeAdapter(BinaryValue),
+    # a qualified value, or the base64 string alone (binaryInputValue.yaml; application/octet-stream)
+    "binary_input": EchoInput("binary content (base64, with its media type)", "binary",
+                              TypeAdapter(BinaryValue | Annotated[StrictStr, Field(max_length=MAX_STRING_CHARS,
+                                                                                   pattern=BASE64_PATTERN)]),
                               {"type": "string", "format": "byte", "contentEncoding": "base64",
                                "contentMediaType": "application/octet-stream"}),
 }
@@ -122,6 +125,8 @@ PAUSE = EchoInput(f"seconds to wait before answering (0-{MAX_PAUSE_SECONDS:g})",
                   TypeAdapter(Annotated[StrictInt | Finite, Field(ge=0, le=MAX_PAUSE_SECONDS)]),
                   {"type": "number", "minimum": 0, "maximum": MAX_PAUSE_SECONDS, "default": 0})
 QUALIFIED_KEYS = {"value", "mediaType", "encoding", "schema"}
+# the names pydantic gives the members of a union in an error's location (not the input's parts)
+_UNION_TAGS = {"int", "float", "str", "constrained-str", "BinaryValue"}
 
 # --- the description -------------------------------------------------------------------------
 
@@ -178,7 +183,7 @@ def _parsed(name: str, spec: EchoInput, value):
         first = error.errors(include_url=False)[0]
         # a number is an int or a float: pydantic names the union's member it tried first
         union = bool(first["loc"]) and first["loc"][-1] in ("int", "float")
-        where = ".".join(str(part) for part in first["loc"] if part not in ("int", "float"))
+        where = ".".join(str(part) for part in first["loc"] if part not in _UNION_TAGS)
         shown = repr(first["input"])
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         rule = first["msg"].removeprefix("Input ").removeprefix("Value error, ")
@@ -197,6 +202,8 @@ def _document_value(spec: EchoInput, parsed) -> Any:
     if spec.kind == "object":
         return {"value": parsed, "mediaType": "application/json"}
     if spec.kind == "binary":
+        if isinstance(parsed, str):
+            parsed = BinaryValue(value=parsed)
         try:
             base64.b64decode(parsed.value, validate=True)
         except (binascii.Error, ValueError):

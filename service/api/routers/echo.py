@@ -32,10 +32,11 @@ def describe_echo(request: Request) -> dict:
 def _body() -> dict:
     schema = ExecuteRequest.model_json_schema()
     properties = {"inputs": {**echo.inputs_schema(), "description": "the values to echo, and pause"},
-                  "outputs": {"type": "object", "description": "the outputs wanted (default: one per input given), "
-                                                               "each {\"transmissionMode\": \"value\"}",
-                              "additionalProperties": {"type": "object", "properties": {
-                                  "transmissionMode": {"type": "string", "enum": ["value"]}}}},
+                  "outputs": {"type": "object", "description": "the outputs wanted (default: one per input given; "
+                                                               "each names an input the request gives)",
+                              "properties": {name: {"type": "object", "properties": {
+                                  "transmissionMode": {"type": "string", "enum": ["value"]}}} for name in echo.INPUTS},
+                              "additionalProperties": False},
                   "response": schema["properties"]["response"]}
     example = {"inputs": {"string_input": "teststring", "integer_input": 7, "boolean_input": True,
                           "bbox_input": {"bbox": [51.9, 7.0, 52.0, 7.1]}, "pause": 0},

@@ -104,6 +104,10 @@ def test_raw_outputs_are_the_values_themselves(client):
     assert text.headers["content-type"] == "text/plain; charset=utf-8" and text.text == "teststring"
     binary = raw("binary_input")
     assert binary.headers["content-type"] == "image/png" and binary.content == PNG
+    alone = EVERY_KIND["binary_input"]["value"]  # the base64 string alone (binaryInputValue.yaml)
+    bare = client.post(EXECUTE, json={"inputs": {"string_input": "x", "binary_input": alone},
+                                      "outputs": {"binary_input": {}}, "response": "raw"})
+    assert bare.headers["content-type"] == "application/octet-stream" and bare.content == PNG
     assert raw("object_input").json() == EVERY_KIND["object_input"]
     assert raw("bbox_input").json() == EVERY_KIND["bbox_input"]
     # several: multipart/related, a part per output, its id as Content-ID
