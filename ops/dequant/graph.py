@@ -9,6 +9,7 @@ from dask.layers import ArraySliceDep
 
 from ops import _chunks, _lazy
 from ops.dequant.kernel import dequant_kernel
+from ops.depth_space.realign import realigned
 from ops.dequant.plan import dequant_chunks
 
 
@@ -22,8 +23,8 @@ def _dequant_block(src, scale, where: tuple[slice], plan, dst_dtype, n_out, whol
 
 def _build(src: da.Array, scale, plan, dst_dtype, n_out):
     row_chunks, scale_rows = dequant_chunks(src.chunks[0], plan[0])
-    if src.chunks != (row_chunks, (src.shape[1],)):
-        src = src.rechunk((row_chunks, (src.shape[1],)))
+    if src.chunks[0] != row_chunks:  # rows aligned to whole scale groups, lazily
+        src = realigned(src, (row_chunks, src.chunks[1]))
     # The scale rides along as a second array matched to src blocks by position. A scale of
     # at most one block's budget is one block that every task shares and slices its rows
     # from: no graph work per row block (a NumPy scale cut into a block per row block is a
@@ -37,11 +38,17 @@ def _build(src: da.Array, scale, plan, dst_dtype, n_out):
     token = tokenize(src, scale, plan, dst_dtype, n_out)
     # Each block's first row comes from a lazy per-block dependency (Dask's ArraySliceDep),
     # not from map_blocks' block_info, which builds and tokenizes a dict per block at call
-    # time (12 s at 262,144 blocks).
+    # time (12 s at 262,144 blocks). Columns in several chunks: the output's column index J
+    # is not src's j, so each task gets the concatenation of its rows' column blocks (a
+    # rechunk to whole rows is a materialised layer of tasks per chunk). In one chunk they
+    # keep the index, so Dask's optimisation fuses the task with src's read.
+    merge = src.numblocks[1] > 1
+    columns = "J" if merge else "j"
     return da.blockwise(
-        _dequant_block, "ij",
-        src, "ij", scale, "ij", ArraySliceDep((row_chunks,)), "i",
+        _dequant_block, "i" + columns,
+        src, "ij", scale, "i" + columns, ArraySliceDep((row_chunks,)), "i",
         plan, None, dst_dtype, None, n_out, None, whole, None,
-        adjust_chunks={"j": (n_out,)}, align_arrays=False, concatenate=True,
+        new_axes={"J": (n_out,)} if merge else {}, adjust_chunks=None if merge else {"j": (n_out,)},
+        align_arrays=False, concatenate=True,
         dtype=dst_dtype, meta=_lazy.meta(2, dst_dtype), name=f"ascend_dequant-{token}",
     )

@@ -143,6 +143,16 @@ def test_dequant_row_blocks_give_the_plain_expression_bit_for_bit(scale_budget, 
     expected = reference.dequant(src, scale, np.float32, **kwargs)
     config = {} if scale_budget is None else {"array.chunk-size": scale_budget}
     with dask.config.set(config):
-        for rows in (7, 32, (64, 40, 96)):
-            y = ops.ascend_dequant(da.from_array(src, chunks=(rows, n)), scale, dst_dtype="float32", **kwargs)
+        for rows, columns in ((7, n), (32, 16), ((64, 40, 96), 24)):  # columns merged in the task
+            y = ops.ascend_dequant(da.from_array(src, chunks=(rows, columns)), scale, dst_dtype="float32", **kwargs)
             assert_same(compute(y), expected)
+
+
+def test_column_chunks_and_unaligned_group_rows_need_no_materialised_layer():
+    # 2,500 blocks: 625 row blocks of 8 rows (groups of 32 rows: boundaries move) x 4 column
+    # blocks (merged into whole rows). Dask's rechunk made several tasks per chunk at call time.
+    src = da.zeros((5000, 64), chunks=(8, 16), dtype="int32")
+    scale = np.ones((-(-5000 // 32), 64), np.float32)
+    y = ops.ascend_dequant(src, scale, dst_dtype="float32", policy="per_group", group_size=32, k_dim=0)
+    assert materialised_tasks(y, src) <= 1  # the scale's one block
+    assert tasks_after_optimisation(y) <= 3 * src.npartitions
