@@ -26,6 +26,7 @@ import threading
 from collections import defaultdict
 
 import dask
+import dask.array as da
 from dask.array.core import load_store_chunk
 from dask.array.optimization import optimize as _array_optimize
 from dask.base import tokenize
@@ -162,6 +163,27 @@ def _optimize(dsk, keys, **kwargs):
         return (_replaced or _array_optimize)(dsk, keys, **kwargs)
     new = _rewritten(dsk, set(flatten(keys)))
     return _array_optimize(dsk if new is None else new, keys, **kwargs)
+
+
+def _fusing_optimize(dsk, keys, **kwargs):
+    """Dask's array optimization after the rewrite, always: the optimizer of ``fusing``'s
+    collections, which travels with their graph (to the scheduler, under distributed)."""
+    new = _rewritten(dsk, set(flatten(keys)))
+    return _array_optimize(dsk if new is None else new, keys, **kwargs)
+
+
+class _FusingArray(da.Array):
+    """A Dask array whose graph is optimized by ``_fusing_optimize`` wherever it is computed."""
+
+    __dask_optimize__ = staticmethod(_fusing_optimize)
+
+
+def fusing(stored: da.Array) -> da.Array:
+    """``stored`` (a store graph, ``da.store(..., compute=False)``) as a collection whose
+    multi-output tasks store their own blocks when it is computed, as inside
+    ``fusing_stores``, with nothing optimized now: a graph of a million blocks is sent to a
+    scheduler as it is, and rewritten and optimized there."""
+    return _FusingArray(stored.dask, stored.name, stored.chunks, meta=stored._meta)
 
 
 def _fused_key(key, stores):

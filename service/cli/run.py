@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-import ops
 from ops import dtypes, registry
 from ops._chunks import zarr_chunks
 from ops.errors import InvalidArgument
@@ -75,11 +74,11 @@ class RunPlan:
         ds, encoding = variables.output_dataset(self.result, self.variable, self.output_chunks,
                                                 first.global_attrs if first else None,
                                                 first.companions if first else None)
-        with ops.fusing_stores(), warnings.catch_warnings():  # to_zarr optimizes the graph as it builds it
+        with warnings.catch_warnings():
             # Consolidated metadata is what xarray opens fastest; zarr's note that v3 has no such
             # thing yet is not the user's business.
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
-            return ds.to_zarr(target, zarr_format=3, consolidated=True, compute=False, mode="w", encoding=encoding)
+            return variables.store_graph(ds, encoding, self.variable, target)
 
     @property
     def output_chunks(self) -> tuple[int, ...]:
@@ -168,13 +167,32 @@ def _describe(arr: xr.DataArray) -> str:
             f"chunks {chunks} ({count} chunks) {_nbytes(arr.shape, arr.dtype)} bytes")
 
 
+def _scheduled_tasks(graph) -> int:
+    """The tasks the scheduler runs for ``client.compute(graph)``: the graph optimized, and
+    the task that gathers its result (as distributed's ``Client.compute`` makes them)."""
+    from dask._expr import FinalizeCompute
+    from dask.base import collections_to_expr
+
+    return len(FinalizeCompute(collections_to_expr([graph], True)).optimize().__dask_graph__())
+
+
+# The output blocks up to which --dry-run counts the tasks of the run's graph.
+COUNTED_BLOCKS = 100_000
+
+
 def describe_plan(plan: RunPlan) -> list[str]:
     """The ``--dry-run`` report: inputs, output, tasks, bytes read and written."""
-    import dask
     import zarr
 
-    graph = plan.store_graph(zarr.storage.MemoryStore())  # the very graph a run computes
-    (optimized,) = dask.optimize(graph)  # as the client optimizes it before the scheduler gets it
+    blocks = plan.result.data.npartitions if plan.result.chunks else 1
+    if blocks <= COUNTED_BLOCKS:
+        graph = plan.store_graph(zarr.storage.MemoryStore())  # the very graph a run computes
+        tasks = (f"tasks: {_scheduled_tasks(graph)} (after Dask's graph optimization; "
+                 f"{len(graph.__dask_graph__())} before)")
+    else:
+        # Counting means making every task, about a minute per 100,000 blocks in one process:
+        # the run itself sends the graph unmade and the scheduler makes it.
+        tasks = f"tasks: not counted for {blocks} output blocks (--dry-run counts them up to {COUNTED_BLOCKS})"
     read = 0
     shown = {**plan.call.kwargs, **({"dims": plan.call.dims} if plan.call.dims else {})}
     lines = [f"operator: {plan.op.name} {json.dumps(shown, separators=(',', ':'))}"]
@@ -185,8 +203,7 @@ def describe_plan(plan: RunPlan) -> list[str]:
     taken = (" (exists: the run replaces it)" if plan.overwrite else " (exists: the run needs --overwrite)") \
         if plan.output.exists() else ""
     lines.append(f"output: {plan.output}{taken} variable {plan.variable}: {_describe(plan.result)}")
-    lines.append(f"tasks: {len(optimized.__dask_graph__())} (after Dask's graph optimization; "
-                 f"{len(graph.__dask_graph__())} before)")
+    lines.append(tasks)
     lines.append(f"bytes read: {read} (every input chunk once, uncompressed)")
     lines.append(f"bytes written: {_nbytes(plan.result.shape, plan.result.dtype)} (uncompressed)")
     return lines

@@ -24,7 +24,6 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-import ops
 from service.errors import conflict, too_large
 from service.storage import npy
 from service.storage.blocks import DecodedBlocks
@@ -206,9 +205,7 @@ class StoreBase:
         # (raw-bit dtypes are stored in as many bytes as they have)
         self.budgets.check_grid(f"array {variable!r}", arr.shape, chunks, np.dtype(arr.dtype).itemsize, too_large)
         ds, encoding = variables.output_dataset(arr, variable, chunks, group_attrs, companions)
-        with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
-            return ds.to_zarr(self.zarr_target(path), zarr_format=3, consolidated=True, compute=False, mode="w",
-                              encoding=encoding)
+        return variables.store_graph(ds, encoding, variable, self.zarr_target(path))
 
     def hold_quota(self, name: str, nbytes: int, overwrite: bool) -> Callable[[], None]:
         """Hold ``nbytes`` of the disk quota for array ``name`` while it is built; returns what

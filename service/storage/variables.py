@@ -17,8 +17,13 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+import dask.array as da
 import xarray as xr
+import zarr
+from xarray.backends.zarr import encode_zarr_variable
 
+import ops
+from ops._fused_stores import fusing
 from ops.accessor.conventions import cf_encoding
 from service.storage.raw_dtypes import from_stored, to_stored
 
@@ -75,3 +80,30 @@ def output_dataset(result: xr.DataArray, variable: str, chunks: tuple[int, ...],
     # to_zarr's encoding replaces a variable's own: the packing goes with the chunks
     encoding = {variable: {**ds[variable].encoding, "chunks": chunks}} if result.ndim else {}
     return ds, encoding
+
+
+def store_graph(ds: xr.Dataset, encoding: dict, variable: str, target):
+    """Write the group ``ds`` (``output_dataset``) to ``target`` (a path or a Zarr store),
+    all but the data of ``variable``, and return the Dask graph that writes that data: a
+    collection whose multi-output tasks store their own blocks (``ops._fused_stores``).
+
+    ``to_zarr(compute=False)`` would return the data's graph wrapped in a Delayed, whose
+    making builds and optimizes every task in this process (minutes for a million blocks).
+    Here the group's metadata and small variables come from ``to_zarr`` on a stand-in of one
+    block (its graph is never computed), and the data, packed by xarray's own Zarr encoder,
+    is stored by ``da.store``: a graph made where it is computed (the scheduler).
+    """
+    data = ds[variable]
+    if data.ndim == 0 or not isinstance(data.data, da.Array):
+        with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
+            return ds.to_zarr(target, zarr_format=3, consolidated=True, compute=False, mode="w", encoding=encoding)
+    stand_in = ds.drop_vars(variable).load()
+    stand_in[variable] = data.copy(data=da.zeros(data.shape, dtype=data.dtype, chunks=data.shape))
+    stand_in.to_zarr(target, zarr_format=3, consolidated=False, compute=False, mode="w", encoding=encoding)
+    plain = data.variable.copy(deep=False)
+    plain.encoding = dict(encoding.get(variable, data.encoding))
+    encoded = encode_zarr_variable(plain, name=variable, zarr_format=3)
+    array = zarr.open_group(target, mode="r+", zarr_format=3)[variable]
+    stored = da.store(encoded.data, array, lock=False, compute=False)
+    zarr.consolidate_metadata(target, zarr_format=3)  # what to_zarr(consolidated=True) writes
+    return fusing(stored)

@@ -210,6 +210,21 @@ def test_dry_run_plan_matches_dask_and_the_scheduler(runs, inputs):
     assert not [p for p in inputs.iterdir() if p.name.startswith(".plan.zarr")]
 
 
+def test_a_dry_run_past_the_counted_blocks_prints_the_plan_without_making_tasks(tmp_path, capsys, monkeypatch):
+    # Counting makes every task (a minute per 100,000 blocks): past COUNTED_BLOCKS the plan
+    # is printed without them, and no graph is made at all.
+    path = write_array(tmp_path / "rows.zarr", BATCH, (1, 2, 3, 2))
+    monkeypatch.setattr(run, "COUNTED_BLOCKS", 3)
+    monkeypatch.setattr(run.RunPlan, "store_graph", lambda *_: pytest.fail("the store graph was built"))
+    code, out, err = main_in_process(capsys, "batch_to_space_nd", "--input", str(path), "--param",
+                                     "block_shape=[2,3]", "--param", "crops=[[0,0],[0,2]]", "--output",
+                                     str(tmp_path / "o.zarr"), "--dry-run")
+    assert code == 0, err
+    blocks = ops.batch_to_space_nd(da.from_zarr(str(path)), [2, 3], [[0, 0], [0, 2]]).npartitions
+    assert f"tasks: not counted for {blocks} output blocks (--dry-run counts them up to 3)" in out.splitlines()
+    assert not (tmp_path / "o.zarr").exists()
+
+
 def test_batch_to_space_bundles_store_their_own_blocks(tmp_path, capsys):
     # One batch row per chunk: each task reads the P = 6 chunks that feed 6 output blocks, and
     # in the run's store graph it writes them itself (ops.fusing_stores), the same bytes.
@@ -218,7 +233,9 @@ def test_batch_to_space_bundles_store_their_own_blocks(tmp_path, capsys):
     params = ["block_shape=[2,3]", "crops=[[0,0],[0,2]]"]  # no rechunk of the output for its Zarr chunks
     plan = run.build("batch_to_space_nd", [str(path)], str(out), param_items=params, variable_items=[],
                        chunks=None, overwrite=False, output_variable=None, dry_run=True)
-    assert len(stores_as_made(plan.store_graph(zarr.storage.MemoryStore()))) == 4  # 2 batch x 2 row blocks
+    # optimized where it is computed (the scheduler), as dask.optimize does here
+    (optimized,) = dask.optimize(plan.store_graph(zarr.storage.MemoryStore()))
+    assert len(stores_as_made(optimized)) == 4  # 2 batch x 2 row blocks
     code, _, err = main_in_process(capsys, "batch_to_space_nd", "--input", str(path), "--param", params[0],
                                    "--param", params[1], "--output", str(out), *QUICK)
     assert code == 0, err
