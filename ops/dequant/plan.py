@@ -16,12 +16,14 @@ def dequant_chunks(row_chunks, row_div: int):
     ``row_div`` 0: one scale row for all (classic); 1: a scale row per src row; g: one per
     g rows, with src row chunks aligned to multiples of g.
     """
-    given = len(row_chunks)
+    given = tuple(row_chunks)
     if row_div > 1:
         row_chunks = _chunks.align(row_chunks, row_div)
-    # A task per block, its scale block and a rechunk of each (about three per block), and
-    # the given row blocks the alignment reads.
-    _limits.check("ascend_dequant", len(row_chunks), 3 * len(row_chunks) + given, "give src larger row chunks")
+    # A task per block and at most one scale block each; where row boundaries move to whole
+    # groups, one task more per block that joins its pieces.
+    blocks = len(row_chunks)
+    tasks = 2 * blocks + (blocks if tuple(row_chunks) != given else 0)
+    _limits.check("ascend_dequant", blocks, tasks, "give src larger row chunks")
     if row_div == 0:
         return row_chunks, None
     return row_chunks, tuple(-(-c // row_div) for c in row_chunks)
