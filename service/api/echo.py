@@ -232,8 +232,6 @@ def plan(request: ExecuteRequest) -> EchoPlan:
                               f"got {request.outputs[name].transmissionMode!r}")
         if name not in values:
             raise bad_request(f"output {name!r} echoes input {name!r}, which the request does not give")
-    if request.subscriber is not None:
-        raise bad_request("execute request: subscriber: the echo process sends no callbacks")
     return EchoPlan({name: values[name] for name in wanted}, pause, request.response)
 
 
@@ -277,8 +275,12 @@ def answer(outputs: dict[str, Any], response: str | None, headers: dict | None =
 # --- running ---------------------------------------------------------------------------------
 
 
-def record(records: JobRecords, job_id: str, echo: EchoPlan, status: str) -> None:
-    records.create(job_id, PROCESS_ID, [], None, "value", status=status, response=echo.response)
+def record(records: JobRecords, job_id: str, echo: EchoPlan, status: str, *, subscriber: str | None = None,
+           base_url: str | None = None) -> None:
+    """Record the job; ``subscriber`` (its callback URIs, JSON, checked by the caller) and
+    ``base_url`` as for an operator's job: its callbacks go as theirs do."""
+    records.create(job_id, PROCESS_ID, [], None, "value", status=status, response=echo.response,
+                   subscriber=subscriber, base_url=base_url)
 
 
 def finish(records: JobRecords, job_id: str, echo: EchoPlan) -> None:
@@ -295,12 +297,13 @@ class EchoJobs:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="echo-job")
         self._slots = threading.BoundedSemaphore(max_waiting)
 
-    def submit(self, records: JobRecords, job_id: str, echo: EchoPlan) -> None:
+    def submit(self, records: JobRecords, job_id: str, echo: EchoPlan, *, subscriber: str | None = None,
+               base_url: str | None = None) -> None:
         if not self._slots.acquire(blocking=False):
             raise ServiceError(503, TOO_MANY_JOBS, "as many echo jobs are running or queued as this service "
                                "takes; submit it again later", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
         try:
-            record(records, job_id, echo, "accepted")
+            record(records, job_id, echo, "accepted", subscriber=subscriber, base_url=base_url)
             self._pool.submit(self._run, records, job_id, echo)
         except BaseException:
             self._slots.release()

@@ -13,9 +13,10 @@ from fastapi.responses import JSONResponse
 
 from schemas.service import ExecuteRequest, ProcessDescription
 from service.api import echo
+from service.api.descriptions import inline_refs
 from service.api.routers import problems
 from service.api.routers.jobs import status_info
-from service.api.routers.processes import _EXECUTE_RESPONSES, PREFER, _read_request
+from service.api.routers.processes import _EXECUTE_RESPONSES, CALLBACKS, PREFER, _check_subscriber, _read_request
 from service.api.state import Services, base_url, require_json, require_token, services
 
 router = APIRouter(tags=["processes"], dependencies=[Depends(require_token)])
@@ -37,13 +38,15 @@ def _body() -> dict:
                               "properties": {name: {"type": "object", "properties": {
                                   "transmissionMode": {"type": "string", "enum": ["value"]}}} for name in echo.INPUTS},
                               "additionalProperties": False},
-                  "response": schema["properties"]["response"]}
+                  "response": schema["properties"]["response"],
+                  "subscriber": inline_refs(schema["properties"]["subscriber"], schema.get("$defs", {}))}
     example = {"inputs": {"string_input": "teststring", "integer_input": 7, "boolean_input": True,
                           "bbox_input": {"bbox": [51.9, 7.0, 52.0, 7.1]}, "pause": 0},
                "response": "document"}
     return {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"type": "object", "required": ["inputs"], "properties": properties},
-        "examples": {"echo": {"summary": "a few inputs, echoed in a results document", "value": example}}}}}}
+        "examples": {"echo": {"summary": "a few inputs, echoed in a results document", "value": example}}}}},
+        "callbacks": CALLBACKS}
 
 
 _RESPONSES = {
@@ -68,11 +71,15 @@ _RESPONSES = {
              description="Return the inputs as outputs: synchronously, or as a job with ``Prefer: respond-async``.")
 async def execute_echo(request: Request, svc: Services = Depends(services), prefer: str = PREFER):
     body = await _read_request(request, 2 * svc.settings.max_inline_bytes + 2**20)
+    asynchronous = "respond-async" in (prefer or "").lower()
+    if body.subscriber is not None:  # as for the operators: allowed URIs, for a job, with room
+        await _check_subscriber(body, svc, asynchronous)
     plan = echo.plan(body)
     job_id = uuid.uuid4().hex
     base = base_url(request)
-    if "respond-async" in (prefer or "").lower():
-        await run_in_threadpool(echo.JOBS.submit, svc.records, job_id, plan)
+    if asynchronous:
+        subscriber = body.subscriber.model_dump_json(exclude_none=True) if body.subscriber else None
+        await run_in_threadpool(echo.JOBS.submit, svc.records, job_id, plan, subscriber=subscriber, base_url=base)
         job = await run_in_threadpool(svc.records.get, job_id)
         return JSONResponse(status_info(job, base), status_code=201,
                             headers={"Location": f"{base}/jobs/{job_id}", "Preference-Applied": "respond-async"})

@@ -58,6 +58,13 @@ def result_document(value: np.ndarray) -> dict:
                        "mediaType": NPY_MEDIA_TYPE}}
 
 
+def kept_outputs(job: dict) -> dict | None:
+    """The outputs kept with a job's record (the echo process's) as its results document;
+    None for a job whose result is an array."""
+    outputs = job.get("outputs")
+    return None if outputs is None else json.loads(outputs)
+
+
 def reference_link(name: str, base: str) -> str:
     """The ``Link`` header value of a stored result: the answer of a raw response with
     transmission reference, which OGC API - Processes 1.0 gives as 204 No Content with one
@@ -197,8 +204,9 @@ async def get_results(job_id: JobID, request: Request, svc: Services = Depends(s
     if job["status"] != "successful":
         raise ServiceError(404, RESULT_NOT_READY, f"job {job_id} is {job['status']}; it has no results")
     expires = expires_header(job)
-    if job.get("outputs") is not None:  # the echo process's, kept with the job
-        return echo.answer(json.loads(job["outputs"]), job.get("response"), expires)
+    outputs = kept_outputs(job)
+    if outputs is not None:  # the echo process's, kept with the job
+        return echo.answer(outputs, job.get("response"), expires)
     name = job["writes"]
     raw = job.get("response") == "raw"  # a job recorded before responses were kept: a document
     if job["transmission"] == "reference":

@@ -420,3 +420,62 @@ def test_a_subscriber_past_the_pending_bound_is_a_503_and_no_job(svc, receivers,
     plain = {"inputs": {"x": inline(np.zeros((1, 2, 2, 1), np.float32)), "block_size": 2}}
     assert svc.post("/processes/space_to_depth/execution", json=plain,
                     headers={"Prefer": "respond-async"}).status_code == 201
+
+
+def _echo_job(client, subscriber: dict, inputs: dict, response: str = "document"):
+    body = {"inputs": inputs, "response": response, "subscriber": subscriber}
+    return client.post("/processes/echo/execution", json=body, headers={"Prefer": "respond-async"})
+
+
+def test_an_echo_job_pushes_its_states_and_then_its_results(svc, receivers):
+    allowed, _ = receivers
+    uris = _uris(allowed, "echo-ok", "successUri", "inProgressUri", "failedUri")
+    inputs = {"string_input": "teststring", "integer_input": 7, "boolean_input": True,
+              "bbox_input": {"bbox": [51.9, 7.0, 52.0, 7.1]}, "object_input": {"a": [1, 2]}}
+    answer = _echo_job(svc, uris, inputs)
+    assert answer.status_code == 201, answer.text
+    job_id = answer.json()["jobID"]
+    assert _wait_done(svc, job_id)["status"] == "successful"
+    assert eventually(lambda: allowed.to(_path(uris["successUri"])), timeout=10)
+    time.sleep(0.3)  # anything extra would come now
+    success = allowed.to(_path(uris["successUri"]))
+    assert len(success) == 1
+    assert success[0]["headers"]["Content-Type"] == "application/json"
+    assert _monitor(success[0]) == f'<http://testserver/jobs/{job_id}>; rel="monitor"'
+    results = json.loads(success[0]["body"])
+    assert results == svc.get(f"/jobs/{job_id}/results").json()  # as GET gives it (response document)
+    assert results["string_input"] == "teststring" and results["object_input"]["value"] == {"a": [1, 2]}
+    documents = [json.loads(r["body"]) for r in allowed.to(_path(uris["inProgressUri"]))]
+    for document in documents:
+        assert ogc_errors(document, "statusInfo.yaml") == [], document
+        assert document["jobID"] == job_id and document["processID"] == "echo"
+    assert [d["status"] for d in documents] == ["accepted", "running"]
+    assert allowed.to(_path(uris["failedUri"])) == []
+    # a synchronous echo with a subscriber is refused as an operator's is, and nothing is sent
+    sync = {"inputs": {"string_input": "x"}, "subscriber": _uris(allowed, "echo-sync", "successUri")}
+    assert "respond-async" in assert_problem(svc.post("/processes/echo/execution", json=sync), 400,
+                                             INVALID)["detail"]
+    refused = {"successUri": allowed.url + "/other/x"}  # not allowed: a 400 naming the setting
+    assert "callback_allow" in assert_problem(_echo_job(svc, refused, {"string_input": "x"}), 400,
+                                              INVALID)["detail"]
+    time.sleep(0.2)
+    assert allowed.to("/hooks/echo-sync/successUri") == [] and allowed.to("/other/x") == []
+
+
+def test_a_dismissed_echo_job_pushes_its_status_to_failed_uri(svc, receivers):
+    allowed, _ = receivers
+    uris = _uris(allowed, "echo-dismissed", "successUri", "failedUri")
+    answer = _echo_job(svc, uris, {"string_input": "teststring", "pause": 10})
+    assert answer.status_code == 201, answer.text
+    job_id = answer.json()["jobID"]
+    assert eventually(lambda: svc.get(f"/jobs/{job_id}").json()["status"] == "running", timeout=10)
+    assert svc.delete(f"/jobs/{job_id}").json()["status"] == "dismissed"
+    failed = eventually(lambda: allowed.to(_path(uris["failedUri"])), timeout=10)
+    assert len(failed) == 1
+    assert _monitor(failed[0]) == f'<http://testserver/jobs/{job_id}>; rel="monitor"'
+    document = json.loads(failed[0]["body"])
+    assert ogc_errors(document, "statusInfo.yaml") == []
+    assert document["status"] == "dismissed" and document["processID"] == "echo"
+    assert document == svc.get(f"/jobs/{job_id}").json()
+    time.sleep(0.3)
+    assert allowed.to(_path(uris["successUri"])) == [] and len(allowed.to(_path(uris["failedUri"]))) == 1
