@@ -165,9 +165,11 @@ def _measure(case: Case, chunks: int, count: bool, scratch: str, pipe) -> None:
     with dask.config.set({"chunked-tensor-ops.scratch": scratch}):
         started = time.perf_counter()
         result = case.build(lazy)
-        build = time.perf_counter() - started
+        pipe.send({"build": time.perf_counter() - started})
         regular = all(ops._chunks.zarr_regular(c) for c in result.chunks)
-        pipe.send({"build": build, "raw": len(result.__dask_graph__()), "zarr_rechunk": not regular})
+        # The length of a lazily made layer is known once its tasks are made: this may
+        # materialise them (and run past the limit, then "-").
+        pipe.send({"raw": len(result.__dask_graph__()), "zarr_rechunk": not regular})
         pipe.send({"scheduler": scheduler_tasks(result) if count else None})
 
 
@@ -293,17 +295,17 @@ def build_table(results: dict, sizes, cases) -> str:
             n = input_chunks(case, size)
             build = _seconds(got["build"]) if "build" in got else got.get("error") or f"over {got['over']:.0f} s"
             build = "-" if case in COPY.values() else build  # nothing to build: the input itself
-            raw = f"{got['raw'] / n:.2f}" if "raw" in got else "-"
+            over = f"count over {got['over']:.0f} s" if "over" in got and "build" in got else "-"
+            raw = f"{got['raw'] / n:.2f}" if "raw" in got else over
             if got.get("scheduler") is not None:
                 per_chunk = got["scheduler"] / n
-                sched = f"{per_chunk:.2f}"
-                if got.get("zarr_rechunk"):
-                    sched += " (r)"
-            elif "over" in got or "error" in got:
-                sched = f"count over {got['over']:.0f} s" if "build" in got and "over" in got else "-"
+                sched = f"{per_chunk:.2f}" + (" (r)" if got.get("zarr_rechunk") else "")
+            elif "raw" in got and "over" in got:
+                sched = over  # the count of the optimised graph ran past the limit
+            elif per_chunk is not None and "build" in got:
+                sched = f"{per_chunk:.2f}*" + (" (r)" if got.get("zarr_rechunk") else "")
             else:
-                sched = f"{per_chunk:.2f}*" if per_chunk is not None else "-"
-                sched += " (r)" if per_chunk is not None and got.get("zarr_rechunk") else ""
+                sched = "-"
             lines.append(f"| {case.name} | {n:,} | {build} | {raw} | {sched} |")
     return "\n".join(lines)
 
@@ -400,12 +402,16 @@ def main(argv: list[str] | None = None) -> None:
                 got = measure(case, size, size <= args.max_count_chunks, args.time_limit, str(work / "scratch"))
                 results[case.name, size] = got
                 print(f"  build {case.name} @ {input_chunks(case, size):,}: {got}", flush=True)
-        times = {}
+        times, cluster_error = {}, None
         cluster_sizes = [s for s in sizes if s <= args.max_cluster_chunks]
         if not args.no_cluster and cluster_sizes:
             # Only what built within the limit: the client builds the graph on the cluster too.
             runnable = [c for c in cases if c.cluster and all("build" in results[c.name, s] for s in cluster_sizes)]
-            times = run_cluster(cluster_sizes, runnable, args.time_limit, work, args.repeat)
+            try:
+                times = run_cluster(cluster_sizes, runnable, args.time_limit, work, args.repeat)
+            except Exception as error:  # the build table is still worth recording
+                cluster_error = f"{type(error).__name__}: {error}"
+                print(f"end to end failed: {cluster_error}", flush=True)
 
     table = build_table(results, sizes, cases)
     print("\n" + table)
@@ -425,6 +431,8 @@ def main(argv: list[str] | None = None) -> None:
         body += (f"\nEnd to end (build + run) on `dask scheduler` + 2 x `dask worker --nthreads 1` on 127.0.0.1, "
                  f"Zarr v3 on local disk to Zarr, against a plain Zarr copy of the same input on the same "
                  f"cluster, in input chunks per second (best of {args.repeat} rounds):\n\n{ctable}\n")
+    elif cluster_error:
+        body += f"\nEnd to end: failed ({cluster_error}).\n"
     elif not args.no_cluster:
         body += "\nEnd to end: no size within --max-cluster-chunks.\n"
     else:
