@@ -1,4 +1,5 @@
-"""A graph layer of several stages whose tasks are made only when the graph is materialised.
+"""A graph layer of several stages whose tasks are made only when the graph is materialised
+(a ``LazyLayer`` whose keys and count are known without making them).
 
 Dask's own array operations build in constant time because their layers are symbolic: a
 ``Blockwise`` layer knows how to make the task of any block and makes them all only when the
@@ -15,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from dask.highlevelgraph import Layer
+
+from ops._lazy_layer import LazyLayer
 
 
 def unravel(flat: int, shape) -> tuple[int, ...]:
@@ -55,7 +57,7 @@ class Stage:
         return ((self.name, *index) for index in itertools.product(*map(range, self.shape)))
 
 
-class StagedLayer(Layer):
+class StagedLayer(LazyLayer):
     """The tasks of ``stages``, made on first use; ``literals`` are data keys (key -> value).
 
     Every key of every stage is an output key (Dask culls a layer by following the keys it
@@ -63,39 +65,12 @@ class StagedLayer(Layer):
     """
 
     def __init__(self, stages: list[Stage], literals: dict | None = None):
-        super().__init__()
-        self.stages, self.literals = list(stages), dict(literals or {})
-        self._tasks: dict | None = None
-
-    @property
-    def _dict(self) -> dict:
-        if self._tasks is None:
-            tasks = dict(self.literals)
-            for stage in self.stages:
-                make, name = stage.make, stage.name
-                for index in itertools.product(*map(range, stage.shape)):
-                    tasks[(name, *index)] = make(index)
-            self._tasks = tasks
-        return self._tasks
-
-    def __getstate__(self):
-        # Pickled as its recipe, never as its tasks (nor the cached properties of Layer).
-        state = dict(self.__dict__)
-        state["_tasks"] = None
-        state.pop("has_legacy_tasks", None)
-        return state
-
-    def is_materialized(self) -> bool:
-        return self._tasks is not None
+        stages, literals = list(stages), dict(literals or {})
+        super().__init__(stages[-1].name, stages[-1].shape, _staged_tasks, stages, literals)
+        self.stages, self.literals = stages, literals
 
     def get_output_keys(self):
         return {*self.literals, *(key for stage in self.stages for key in stage.keys())}
-
-    def __getitem__(self, key):
-        return self._dict[key]
-
-    def __iter__(self):
-        return iter(self._dict)
 
     def __len__(self) -> int:
         return len(self.literals) + sum(stage.size for stage in self.stages)
@@ -114,3 +89,13 @@ class StagedLayer(Layer):
     def __repr__(self) -> str:
         state = "materialised" if self.is_materialized() else "lazy"
         return f"StagedLayer<{self.stages[-1].name}, {len(self.stages)} stages, {len(self)} tasks, {state}>"
+
+
+def _staged_tasks(stages: list[Stage], literals: dict) -> dict:
+    """The tasks of a ``StagedLayer``: its literals, then every stage's task of every index."""
+    tasks = dict(literals)
+    for stage in stages:
+        make, name = stage.make, stage.name
+        for index in itertools.product(*map(range, stage.shape)):
+            tasks[(name, *index)] = make(index)
+    return tasks
