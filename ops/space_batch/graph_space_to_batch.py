@@ -17,9 +17,9 @@ one task's result). Blocks of padding only are zeros that read no input. The str
 - owned halos: the same source with halos: each chunk is read whole by the window that takes
   most of it, which copies out its neighbours' halo rows, so that no chunk is decoded twice.
 
-From a source, with the batch axis chunked, a window spans as many blocks of the first
-spatial axis as fit in a quarter of ``array.chunk-size``, so output blocks are not 1/P of an
-input block (with region reads, when no chunk is then read by two windows).
+With the batch axis chunked, a window spans as many blocks of the first spatial axis as fit
+in a quarter of ``array.chunk-size``, so output blocks are not 1/P of an input block (with
+region reads, when no chunk is then read by two windows).
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
         return _build_space_to_batch_blockwise, out_chunks, reads, None
     stored = _block_reads.BlockReads.of(x)
     if stored is None:
+        # Windows of several input blocks too: P output blocks per input block would be P + 2
+        # tasks per block (the window, its P picks, the block's own task).
+        out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=False)
         return _build_space_to_batch_from_blocks, out_chunks, reads, None
     # A plain from_array/from_zarr input whose output windows each lie in one input block:
     # each task reads its block from the source itself (one task, no intermediate key). A
@@ -83,13 +86,13 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
 
 
 def _merged(x: da.Array, block_shape, paddings, out_chunks, reads, *, region_reads: bool):
-    """The plan (output chunks, reads) of windows read from x's source: with the batch axis
+    """The plan (output chunks, reads) of windows: with the batch axis
     chunked, output blocks that span ``_merge`` input chunks on the first spatial axis (for
     region reads, when no input chunk is then read by two windows); else ``out_chunks``,
     ``reads`` as they are."""
     # With the batch axis chunked an input chunk makes P output blocks of 1/P of its size:
-    # for an input read from a store, output blocks that span ``merge`` input chunks on the
-    # first spatial axis cut the store tasks and their fixed costs by ``merge``. The task
+    # output blocks that span ``merge`` input chunks on the first spatial axis cut the
+    # store tasks and their fixed costs (and the picks of a group's block) by ``merge``. The task
     # holds merge input blocks and as much output, kept within a quarter of Dask's chunk
     # size. Region reads need windows that read no chunk twice; with halos each chunk is
     # read once anyway (by its owner; the halo rows go through edge tasks).
