@@ -72,7 +72,7 @@ class _BatchToSpacePlan:
     x: da.Array | _Input  #: the input, rechunked to ``in_chunks`` unless its tasks read the source
     block_shape: tuple
     source: _block_reads.BlockReads | None  #: x's source, when the tasks read it themselves
-    pieces: list | None  #: per axis, each chunk of in_chunks as (source chunk, local slice)
+    pieces: list | None  #: per axis, each chunk of in_chunks as (x's or its source's chunk, local slice)
     in_chunks: tuple  #: ``batch_to_space_nd_chunks``' plan: input chunks, kept chunks, output chunks
     kept: tuple
     out_chunks: tuple
@@ -90,13 +90,22 @@ class _BatchToSpacePlan:
         # From an object store too: a split block is then downloaded P times, but the rechunk
         # plan holds P pieces of every block in worker memory, which with s3fs's buffers on top
         # is more than small (384 MiB) workers survive.
-        # Otherwise x is split (lazily) or rechunked to the plan's chunks.
+        # Otherwise, when the plan only splits x's blocks and the P blocks an output block
+        # takes fit in half of Dask's chunk size, its task slices them itself (a split would
+        # be P tasks per block more); else x is split (lazily) or rechunked to the plan's chunks.
         source = _block_reads.BlockReads.of(x)
         pieces = _block_reads.refined(x.chunks, in_chunks)
-        if source is None or pieces is None:
-            if in_chunks != x.chunks:
+        if source is None:
+            sliced = (pieces is not None and in_chunks != x.chunks
+                      and math.prod(block_shape) * _largest_block_bytes(x) <= _chunks.target_bytes() // 2)
+            if in_chunks != x.chunks and not sliced:
                 x = x.rechunk(in_chunks) if pieces is None else _lazy_layer.split(x, in_chunks, pieces)
-            source = pieces = None
+            if not sliced:
+                pieces = None
+        elif pieces is None:
+            source = None
+            if in_chunks != x.chunks:
+                x = x.rechunk(in_chunks)
         m = len(block_shape)
         local_crops = [
             _local_crops(in_chunks[1 + i], kept[i], b, lo, out_shape[1 + i])
@@ -142,13 +151,15 @@ class _BatchToSpacePlan:
         return all(k == (0, n) for k, n in zip(self.kept, self.x.numblocks[1 : 1 + m]))
 
     def block(self, index):
-        """Input block ``index`` of the plan: x's key, or a read of its source."""
-        if self.source is None:
+        """Input block ``index`` of the plan: x's key, a read of its source, or a slice of x's
+        block (an inline task) when the plan splits x's blocks without a split of its own."""
+        if self.pieces is None:
             return (self.x.name, *index)
-        return self.source.read(
-            tuple(self.pieces[a][i][0] for a, i in enumerate(index)),
-            tuple(self.pieces[a][i][1] for a, i in enumerate(index)),
-        )
+        old = tuple(self.pieces[a][i][0] for a, i in enumerate(index))
+        local = tuple(self.pieces[a][i][1] for a, i in enumerate(index))
+        if self.source is not None:
+            return self.source.read(old, local)
+        return (operator.getitem, (self.x.name, *old), local)
 
 
 def _choose_batch_to_space(plan: _BatchToSpacePlan):

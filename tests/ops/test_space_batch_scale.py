@@ -109,3 +109,20 @@ def test_block_reads_of_a_large_source_look_at_two_blocks():
     assert reads is not None and not x.dask.layers[x.name].is_materialized()
     task = reads.read((3, 255, 2, 0), (slice(None), slice(1, 3), slice(0, 2), slice(None)))
     assert task[2] == (slice(3, 4), slice(1021, 1023), slice(8, 10), slice(0, 3))
+
+
+@pytest.mark.parametrize("source", ["computed", "zarr"])
+@pytest.mark.parametrize("call", ["space_to_batch_nd", "batch_to_space_nd"])
+def test_a_stored_result_costs_at_most_three_tasks_per_input_block(call, source):
+    # As the scheduler gets it (optimized, in ops.fusing_stores): a plain Zarr copy is one
+    # task per block (read and write fused). With the batch axis chunked an input block
+    # feeds P = 4 output blocks; they used to cost P + 2 tasks (SpaceToBatchND, computed input)
+    # and P split pieces more (BatchToSpaceND).
+    function, args = CALLS[call]
+    x = _inputs(8)[source]
+    y = function(x, *args)
+    target = zarr.create_array(zarr.storage.MemoryStore(), shape=y.shape, chunks=tuple(c[0] for c in y.chunks),
+                               dtype=y.dtype, fill_value=0)
+    with ops.fusing_stores():
+        (optimized,) = dask.optimize(da.store(y, target, lock=False, compute=False))
+    assert len(dict(optimized.__dask_graph__())) <= 3 * x.npartitions
