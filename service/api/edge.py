@@ -28,7 +28,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 #: What a client may send with a request, and read of a response, across origins (CORS).
 CORS_REQUEST_HEADERS = ("Authorization", "Content-Type", "Prefer", "Range", "X-Array-Dtype")
 CORS_RESPONSE_HEADERS = ("Location", "Link", "Preference-Applied", "X-Array-Dtype", "Content-Range",
-                         "Accept-Ranges", "WWW-Authenticate")
+                         "Accept-Ranges", "WWW-Authenticate", "Retry-After", "Expires")
 #: The largest request head (request line and headers) the server buffers: h11's own default,
 #: stated so that it does not depend on the library's.
 MAX_HEAD_BYTES = 16 * 1024

@@ -130,6 +130,10 @@ def test_cors_only_for_the_configured_origins(guarded, tmp_path):
     with app_at(tmp_path, cors_origins=["https://app.example"]) as client:
         response = client.get("/", headers={"Origin": "https://app.example"})
         assert response.headers["access-control-allow-origin"] == "https://app.example"
+        # what OGC API - Processes clients read of a response: the job's monitor and results
+        # links, where a new job is, when to retry a full queue, when results expire
+        exposed = {h.strip().lower() for h in response.headers["access-control-expose-headers"].split(",")}
+        assert {"link", "location", "retry-after", "expires", "preference-applied"} <= exposed
         preflight = _preflight(client, "https://app.example")
         assert preflight.status_code == 200
         assert preflight.headers["access-control-allow-origin"] == "https://app.example"
