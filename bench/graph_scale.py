@@ -314,10 +314,10 @@ def cluster_table(times: dict, sizes, cases) -> str:
     lines = ["| operator | input chunks | copy | operator | copy chunks/s | operator chunks/s | op / copy |",
              "|---|---|---|---|---|---|---|"]
     for case in cases:
-        copy = COPY[case.inputs[0]]
         for size in sizes:
             if (case.name, size) not in times:
                 continue
+            copy = COPY[case.inputs[0]]
             n, n_copy = input_chunks(case, size), input_chunks(copy, size)
             t_copy, t_op = times[copy.name, size], times[case.name, size]
             rate_copy = f"{n_copy / t_copy:,.0f}" if not isinstance(t_copy, str) else "-"
@@ -338,11 +338,12 @@ def plot(results: dict, sizes, cases, path: Path) -> bool:
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(8, 5))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors[:12], marker=["o", "s", "^", "D"] * 3)
     for case in cases:
         points = [(input_chunks(case, s), results[case.name, s]["build"]) for s in sizes
                   if "build" in results.get((case.name, s), {})]
         if points:
-            ax.plot(*zip(*points), marker="o", label=case.name)
+            ax.plot(*zip(*points), label=case.name)
     ax.axhline(2.0, color="grey", linestyle="--", label="target: 2 s at 1e6 chunks")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -384,6 +385,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per operator and size")
     parser.add_argument("--repeat", type=int, default=2, help="end-to-end runs of each case (the best counts)")
     parser.add_argument("--no-record", action="store_true", help="print only")
+    parser.add_argument("--from-log", type=Path, metavar="LOG",
+                        help="make the tables, plot and record from the printed output of a run (same options)")
     parser.add_argument("--previous", type=Path, metavar="RESULTS_MD",
                         help="a RESULTS.md whose bench.graph_scale section is shown as the previous run "
                              "(a before/after comparison on the same machine)")
@@ -394,7 +397,18 @@ def main(argv: list[str] | None = None) -> None:
     needed_copies = [COPY[name] for name in COPY if any(c.inputs[0] == name for c in cases)]
     print(machine())
 
-    results = {}
+    results, times, cluster_error = {}, {}, None
+    cluster_sizes = [s for s in sizes if s <= args.max_cluster_chunks]
+    if args.from_log:
+        results, times = parse_log(args.from_log.read_text(), sizes, needed_copies + cases)
+    else:
+        results, times, cluster_error = measure_all(args, sizes, cases, needed_copies, cluster_sizes)
+    report(args, sizes, cases, results, times, cluster_sizes, cluster_error)
+
+
+def measure_all(args, sizes, cases, needed_copies, cluster_sizes):
+    """(build results, end-to-end times, the end-to-end phase's error or None)."""
+    results, times, cluster_error = {}, {}, None
     with tempfile.TemporaryDirectory(prefix="graph-scale-") as tmp:
         work = Path(tmp)
         for size in sizes:
@@ -402,8 +416,6 @@ def main(argv: list[str] | None = None) -> None:
                 got = measure(case, size, size <= args.max_count_chunks, args.time_limit, str(work / "scratch"))
                 results[case.name, size] = got
                 print(f"  build {case.name} @ {input_chunks(case, size):,}: {got}", flush=True)
-        times, cluster_error = {}, None
-        cluster_sizes = [s for s in sizes if s <= args.max_cluster_chunks]
         if not args.no_cluster and cluster_sizes:
             # Only what built within the limit: the client builds the graph on the cluster too.
             runnable = [c for c in cases if c.cluster and all("build" in results[c.name, s] for s in cluster_sizes)]
@@ -412,7 +424,33 @@ def main(argv: list[str] | None = None) -> None:
             except Exception as error:  # the build table is still worth recording
                 cluster_error = f"{type(error).__name__}: {error}"
                 print(f"end to end failed: {cluster_error}", flush=True)
+    return results, times, cluster_error
 
+
+def parse_log(text: str, sizes, cases) -> tuple[dict, dict]:
+    """The results and times of a run from the lines it printed (``--from-log``: the tables,
+    plot and record made again without measuring again)."""
+    import ast
+
+    results, times = {}, {}
+    for line in text.splitlines():
+        build = re.match(r"  build (.+) @ ([\d,]+): (\{.*\})$", line)
+        if build:
+            case = next(c for c in cases if c.name == build.group(1))
+            chunks = int(build.group(2).replace(",", ""))
+            size = next(s for s in sizes if input_chunks(case, s) == chunks)
+            results[case.name, size] = ast.literal_eval(build.group(3))
+        run = re.match(r"  cluster (.+) @ (\d+): (over .*|([\d.]+) (ms|s))$", line)
+        if run:
+            key = (run.group(1), int(run.group(2)))
+            took = run.group(3) if run.group(4) is None else float(run.group(4)) / (1e3 if run.group(5) == "ms" else 1)
+            best = times.get(key)
+            if best is None or (not isinstance(took, str) and (isinstance(best, str) or took < best)):
+                times[key] = took
+    return results, times
+
+
+def report(args, sizes, cases, results, times, cluster_sizes, cluster_error) -> None:
     table = build_table(results, sizes, cases)
     print("\n" + table)
     body = (f"Machine: {machine().strip().removeprefix('machine: ')}. Inputs of tiny chunks (64-byte "
