@@ -8,7 +8,7 @@ from dask.base import tokenize
 from ops import _lazy
 from ops.depth_space.kernel import depth_to_space_kernel, space_to_depth_kernel
 from ops.depth_space.plan import depth_to_space_chunks, space_to_depth_chunks
-from ops.depth_space.realign import realigned
+from ops._realign import realigned
 
 
 def _blockwise(name, kernel, x: da.Array, plan, *args) -> da.Array:

@@ -9,7 +9,7 @@ from dask.layers import ArraySliceDep
 
 from ops import _chunks, _lazy
 from ops.dequant.kernel import dequant_kernel
-from ops.depth_space.realign import realigned
+from ops._realign import realigned
 from ops.dequant.plan import dequant_chunks
 
 

@@ -1,5 +1,6 @@
 """Moving chunk boundaries lazily: the rechunk SpaceToDepth/DepthToSpace need when the given
-chunks are not multiples of the block size.
+chunks are not multiples of the block size, and AscendDequant when row blocks must hold whole
+groups.
 
 Dask's ``rechunk`` makes every task of its graph when it is called (about 0.5 ms per chunk:
 minutes at a million chunks). Here the call computes only, per axis, which pieces of which
