@@ -69,7 +69,7 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
 class _BatchToSpacePlan:
     """What every BatchToSpaceND strategy builds from."""
 
-    x: da.Array | _Input  #: the input, rechunked to ``in_chunks`` unless its tasks read the source
+    x: da.Array | _Input  #: the input: rechunked or split to ``in_chunks``, unless ``pieces`` map them to x's
     block_shape: tuple
     source: _block_reads.BlockReads | None  #: x's source, when the tasks read it themselves
     pieces: list | None  #: per axis, each chunk of in_chunks as (x's or its source's chunk, local slice)
