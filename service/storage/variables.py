@@ -97,6 +97,7 @@ def store_graph(ds: xr.Dataset, encoding: dict, variable: str, target):
     if data.ndim == 0 or not isinstance(data.data, da.Array):
         with ops.fusing_stores():  # to_zarr optimizes the graph it returns as it builds it
             return ds.to_zarr(target, zarr_format=3, consolidated=True, compute=False, mode="w", encoding=encoding)
+    _check_aligned(variable, data.data.chunks, encoding.get(variable, {}).get("chunks"))
     stand_in = ds.drop_vars(variable).load()
     stand_in[variable] = data.copy(data=da.zeros(data.shape, dtype=data.dtype, chunks=data.shape))
     stand_in.to_zarr(target, zarr_format=3, consolidated=False, compute=False, mode="w", encoding=encoding)
@@ -107,3 +108,17 @@ def store_graph(ds: xr.Dataset, encoding: dict, variable: str, target):
     stored = da.store(encoded.data, array, lock=False, compute=False)
     zarr.consolidate_metadata(target, zarr_format=3)  # what to_zarr(consolidated=True) writes
     return fusing(stored)
+
+
+def _check_aligned(variable: str, dask_chunks, zarr_chunks) -> None:
+    """Refuse, as ``to_zarr`` does, Dask blocks that would share a Zarr chunk: written by two
+    tasks at once (no lock), one would overwrite the other's part."""
+    if zarr_chunks is None:
+        return
+    for axis, (blocks, size) in enumerate(zip(dask_chunks, zarr_chunks)):
+        start = 0
+        for length in blocks[:-1]:
+            start += length
+            if start % size:
+                raise ValueError(f"variable {variable!r}: Dask blocks {list(blocks)} on axis {axis} do not "
+                                 f"end on the Zarr chunks of {size}")

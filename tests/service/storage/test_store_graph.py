@@ -91,3 +91,11 @@ def test_bundles_store_their_own_blocks_when_computed():
 def test_a_scalar_or_in_memory_variable_goes_through_to_zarr():
     field = _field().compute()
     assert _contents(_written(field, "store_graph")) == _contents(_written(field, "to_zarr"))
+
+
+def test_blocks_that_would_share_a_zarr_chunk_are_refused():
+    # Written by two tasks at once without a lock, one would overwrite the other's part.
+    field = _field()
+    ds, encoding = output_dataset(field, "field", (1, 3, 16, 2))
+    with pytest.raises(ValueError, match=r"Dask blocks \[2, 2, 2, 2, 2, 2\] on axis 1 do not end on the Zarr chunks of 3"):
+        store_graph(ds, encoding, "field", zarr.storage.MemoryStore())
