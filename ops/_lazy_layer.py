@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import operator
 
+import dask.array as da
 import numpy as np
+from dask.base import tokenize
 from dask.core import keys_in_tasks
-from dask.highlevelgraph import Layer
+from dask.highlevelgraph import HighLevelGraph, Layer
 
 
 class LazyLayer(Layer):
@@ -103,10 +105,6 @@ def split(x, chunks, pieces):
     chunk as (x's chunk index, local slice), as ``_block_reads.refined`` gives them): Dask's
     split-only rechunk, made lazily (``da.Array.rechunk`` makes its tasks at once, seconds
     for a million chunks)."""
-    import dask.array as da
-    from dask.base import tokenize
-    from dask.highlevelgraph import HighLevelGraph
-
     name = f"split-{tokenize(x, chunks)}"
     layer = LazyLayer(name, tuple(map(len, chunks)), _split_tasks, name, x.name, x.chunks, pieces)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
