@@ -59,8 +59,8 @@ from ops.gather_nd.kernel import (
     _exchange_serve,
     _rows_block,
 )
-from ops.gather_nd.layer import Stage, StagedLayer, ravel, unravel
-from ops.gather_nd.plan import BlockGrid, _exchange_groups
+from ops.gather_nd.layer import Stage, StagedLayer, unravel
+from ops.gather_nd.plan import BlockGrid, _exchange_groups, output_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,12 +165,7 @@ def _make_gather(p: _Plan, index):
 
 
 def _make_output(p: _Plan, index):
-    lead, s = index[: len(p.lead_numblocks)], index[len(p.lead_numblocks) :]
-    f = ravel(lead, p.lead_numblocks)
-    j = f // p.per_index_group
-    first = int(p.tuple_starts[j * p.per_index_group])
-    start, stop = int(p.tuple_starts[f]) - first, int(p.tuple_starts[f + 1]) - first
-    shape = tuple(p.lead_chunks[k][i] for k, i in enumerate(lead)) + p.row_shape(s)
+    j, s, start, stop, shape = output_rows(p, index, p.per_index_group)
     return (_rows_block, (p.names["gather"], j, *s), start, stop, shape)
 
 
@@ -199,7 +194,7 @@ def _build_exchange(params: da.Array, indices: da.Array, b: int, negative: bool,
         per_group=per_group, index_groups=index_groups, per_index_group=per_index_group,
     )
     slices = params.numblocks[merged:]
-    P, I, G, J = plan.params_blocks, plan.index_blocks, groups, index_groups
+    P, G, J = plan.params_blocks, groups, index_groups
 
     def stage(key, shape, make):
         return Stage(names[key] if key else name, tuple(shape), functools.partial(make, plan))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ops import _chunks
+from ops.gather_nd.layer import ravel
 
 
 def _broadcast_limit() -> int:
@@ -173,3 +174,17 @@ def exchange_tasks(lead: int, params: int, slices: int) -> int:
     groups, _, index_groups, _ = _exchange_groups(params, lead)
     requests = index_groups * (1 + groups) + groups + params
     return 1 + requests + slices * (params + groups + groups * index_groups + index_groups + lead)
+
+
+def output_rows(p, index, group: int):
+    """Where output block ``index`` of a grouped plan ``p`` lies in its group's rows: (its
+    group, its slice-axis index, first row, stop row, block shape). ``p`` has the output's
+    leading blocks (``lead_numblocks``, ``lead_chunks``), each leading block's first tuple
+    (``tuple_starts``) and ``row_shape``; ``group`` leading blocks make one group."""
+    lead, s = index[: len(p.lead_numblocks)], index[len(p.lead_numblocks) :]
+    f = ravel(lead, p.lead_numblocks)
+    j = f // group
+    first = int(p.tuple_starts[j * group])
+    start, stop = int(p.tuple_starts[f]) - first, int(p.tuple_starts[f + 1]) - first
+    shape = tuple(p.lead_chunks[k][i] for k, i in enumerate(lead)) + p.row_shape(s)
+    return j, s, start, stop, shape

@@ -30,8 +30,8 @@ from ops.gather_nd.kernel import (
     _scatter_rows,
     check_index_values,
 )
-from ops.gather_nd.layer import Stage, StagedLayer, ravel, unravel
-from ops.gather_nd.plan import BlockGrid
+from ops.gather_nd.layer import Stage, StagedLayer, unravel
+from ops.gather_nd.plan import BlockGrid, output_rows
 
 
 #: Bytes a split task holds per index tuple (the indices, their coordinates, block numbers,
@@ -393,10 +393,5 @@ def _make_assemble(p: _ScratchPlan, index):
 
 
 def _make_view(p: _ScratchPlan, index):
-    lead, s = index[: len(p.lead_numblocks)], index[len(p.lead_numblocks) :]
-    f = ravel(lead, p.lead_numblocks)
-    j = f // p.batch_size
-    first = int(p.tuple_starts[j * p.batch_size])
-    start, stop = int(p.tuple_starts[f]) - first, int(p.tuple_starts[f + 1]) - first
-    shape = tuple(p.lead_chunks[k][i] for k, i in enumerate(lead)) + p.row_shape(s)
+    j, s, start, stop, shape = output_rows(p, index, p.batch_size)
     return (_batch_block, (p.names["assemble"], j, *s), start, stop, shape)
