@@ -173,7 +173,7 @@ def _space_to_batch_windows(strategy: str, x: da.Array, block_shape, paddings, o
     """The output array of one task per output window of the plan (``out_chunks``,
     ``reads``) by ``strategy``; its tasks are made by ``_windows_tasks`` when the graph is
     materialised."""
-    token = tokenize(x, block_shape, paddings, strategy)
+    token = tokenize(x, block_shape, paddings, strategy, out_chunks)  # the plan depends on array.chunk-size too
     name = f"space_to_batch_nd-{token}"
     args = (strategy, _Input.of(x), list(block_shape), out_chunks, reads, token, stored)
     return _lazy_array(name, out_chunks, x, stored, _windows_tasks, *args)
