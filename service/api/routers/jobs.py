@@ -40,12 +40,13 @@ def status_info(job: dict, base: str, store: ArrayStorage | None = None) -> dict
     if job.get("expires"):
         info["expires"] = job["expires"]
     links = [{"href": f"{base}/jobs/{job['id']}", "rel": "self", "type": "application/json", "title": "status"}]
-    if job["status"] == "successful" and job.get("outputs") is not None:  # the echo's, kept with the job
+    successful = job["status"] == "successful"
+    kept = successful and job.get("outputs") is not None  # the echo's outputs, kept with the job
+    stored = successful and not kept and job["writes"] and (store is None or store.exists(job["writes"]))
+    if kept or stored:
         links.append({"href": f"{base}/jobs/{job['id']}/results", "rel": OGC_REL + "results",
                       "type": "application/json", "title": "results"})
-    elif job["status"] == "successful" and job["writes"] and (store is None or store.exists(job["writes"])):
-        links.append({"href": f"{base}/jobs/{job['id']}/results", "rel": OGC_REL + "results",
-                      "type": "application/json", "title": "results"})
+    if stored:
         links.append({"href": f"{base}/arrays/{job['writes']}", "rel": "related", "type": NPY_MEDIA_TYPE,
                       "title": "the result array"})
     info["links"] = links

@@ -24,13 +24,18 @@ from tests.service.conftest import assert_problem, eventually, inline, make_sett
 RETENTION = 1.0
 
 
+def _service(tmp_path_factory, name: str, retention: float, sweep_interval: float):
+    """A service (its test client) keeping finished jobs ``retention`` s, swept every ``sweep_interval`` s."""
+    settings = make_settings(tmp_path_factory.mktemp(name), job_retention_seconds=retention,
+                             job_sweep_interval=sweep_interval)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     """A service that keeps a finished job one second, and sweeps every 0.1 s."""
-    settings = make_settings(tmp_path_factory.mktemp("retention"), job_retention_seconds=RETENTION,
-                             job_sweep_interval=0.1)
-    with TestClient(create_app(settings)) as test_client:
-        yield test_client
+    yield from _service(tmp_path_factory, "retention", RETENTION, 0.1)
 
 
 def _stored_job(client, name: str, **inputs) -> str:
@@ -76,10 +81,7 @@ IDLE_RETENTION = 3600.0  # the jobs of these tests expire when they say so, not 
 
 @pytest.fixture(scope="module")
 def idle(tmp_path_factory):
-    settings = make_settings(tmp_path_factory.mktemp("idle-sweeper"), job_retention_seconds=IDLE_RETENTION,
-                             job_sweep_interval=3600)
-    with TestClient(create_app(settings)) as test_client:
-        yield test_client
+    yield from _service(tmp_path_factory, "idle-sweeper", IDLE_RETENTION, 3600)
 
 
 def _expired(client, name: str) -> str:
