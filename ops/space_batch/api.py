@@ -140,10 +140,9 @@ def space_to_batch_nd(x, block_shape, paddings, pad_value=0):
     if 0 in out_shape:  # nothing to move, however many block offsets there are
         return _lazy.empty(out_shape, x.dtype) if isinstance(x, da.Array) else np.zeros(out_shape, x.dtype)
     if isinstance(x, da.Array):
-        y = _build_space_to_batch_nd(x, p.block_shape, p.paddings)
-    else:
-        y = space_to_batch_nd_kernel(x, p.block_shape, p.paddings)
-    return with_pad_value(y, fill, x.shape, p.block_shape, p.paddings)
+        return _build_space_to_batch_nd(x, p.block_shape, p.paddings, fill)
+    return with_pad_value(space_to_batch_nd_kernel(x, p.block_shape, p.paddings), fill, x.shape, p.block_shape,
+                          p.paddings)
 
 
 def space_to_batch(x, block_size, paddings, pad_value=0):

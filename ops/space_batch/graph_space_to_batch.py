@@ -33,6 +33,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy
+from ops.space_batch import padding
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array
 from ops.space_batch.kernel import (
     _edge,
@@ -48,10 +49,14 @@ from ops.space_batch.kernel import (
 from ops.space_batch.plan import _each_chunk_read_once, _owned_windows, _whole_blocks, space_to_batch_nd_chunks
 
 
-def _build_space_to_batch_nd(x: da.Array, block_shape, paddings) -> da.Array:
-    """SpaceToBatchND of a Dask array: the graph of the strategy ``_choose_space_to_batch`` picks."""
+def _build_space_to_batch_nd(x: da.Array, block_shape, paddings, fill: np.ndarray) -> da.Array:
+    """SpaceToBatchND of a Dask array, padded with ``fill`` (a 0-d array of x's dtype): the
+    graph of the strategy ``_choose_space_to_batch`` picks."""
     build, out_chunks, reads, stored = _choose_space_to_batch(x, block_shape, paddings)
-    return build(x, block_shape, paddings, out_chunks, reads, stored)
+    # The pad is written by the tasks that make the blocks (no task of its own); a zero pad
+    # is what they make anyway.
+    pad = None if padding.pad_cells(fill, x.shape, block_shape, paddings, ()) is None else fill
+    return build(x, block_shape, paddings, out_chunks, reads, stored, pad)
 
 
 def _choose_space_to_batch(x: da.Array, block_shape, paddings):
@@ -113,12 +118,13 @@ def _merge(x: da.Array, groups: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The strategies: each takes (x, block_shape, paddings, output chunks, reads, source reads)
+# The strategies: each takes (x, block_shape, paddings, output chunks, reads, source reads,
+# pad: None for zeros, else the pad value as a 0-d array)
 
 
-def _build_space_to_batch_blockwise(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+def _build_space_to_batch_blockwise(x: da.Array, block_shape, paddings, out_chunks, reads, stored, pad) -> da.Array:
     """Each input block is one output block: a blockwise map (Dask fuses it with the read of
-    the block and the write of the result, one task per block), zero blocks around it."""
+    the block and the write of the result, one task per block), blocks of padding around it."""
     m = len(block_shape)
     data_chunks = [tuple(n for r, n in zip(reads[i], out_chunks[1 + i]) if r) for i in range(m)]
     y = x.map_blocks(
@@ -135,25 +141,27 @@ def _build_space_to_batch_blockwise(x: da.Array, block_shape, paddings, out_chun
             if zero_chunks:
                 chunks = list(y.chunks)
                 chunks[1 + i] = zero_chunks
-                zeros = da.zeros(tuple(map(sum, chunks)), dtype=y.dtype, chunks=tuple(chunks))
-                pieces.insert(0 if at == 0 else len(pieces), zeros)
+                shape = tuple(map(sum, chunks))
+                pad_blocks = (da.zeros(shape, dtype=y.dtype, chunks=tuple(chunks)) if pad is None
+                              else da.full(shape, pad, dtype=y.dtype, chunks=tuple(chunks)))
+                pieces.insert(0 if at == 0 else len(pieces), pad_blocks)
         if len(pieces) > 1:
             y = da.concatenate(pieces, axis=1 + i)
     return y
 
 
-def _build_space_to_batch_from_blocks(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+def _build_space_to_batch_from_blocks(x: da.Array, block_shape, paddings, out_chunks, reads, stored, pad) -> da.Array:
     """Each output window's task takes the input blocks under it (x's block keys); a small
     piece of a neighbouring block gets a task of its own (``_piece_args``)."""
-    return _space_to_batch_windows("from_blocks", x, block_shape, paddings, out_chunks, reads, None)
+    return _space_to_batch_windows("from_blocks", x, block_shape, paddings, out_chunks, reads, None, pad)
 
 
-def _build_space_to_batch_region_reads(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+def _build_space_to_batch_region_reads(x: da.Array, block_shape, paddings, out_chunks, reads, stored, pad) -> da.Array:
     """Each output window's task reads its input pieces from x's source (``stored``) itself."""
-    return _space_to_batch_windows("region_reads", x, block_shape, paddings, out_chunks, reads, stored)
+    return _space_to_batch_windows("region_reads", x, block_shape, paddings, out_chunks, reads, stored, pad)
 
 
-def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_chunks, reads, stored) -> da.Array:
+def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_chunks, reads, stored, pad) -> da.Array:
     """Each input chunk is read from x's source (``stored``) once, whole, by the window that
     reads most of its rows (its owner), which also copies out the rows its neighbours take
     (their halos); a neighbour writes them into its block in a small task after its own
@@ -162,20 +170,20 @@ def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_ch
     # blocks of one window can be read on two workers and one sent across; a window that
     # waits for its neighbour's reads leaves its worker idle, and the scheduler then sends
     # that worker more reads to hold.
-    return _space_to_batch_windows("owned_halos", x, block_shape, paddings, out_chunks, reads, stored)
+    return _space_to_batch_windows("owned_halos", x, block_shape, paddings, out_chunks, reads, stored, pad)
 
 
 # ---------------------------------------------------------------------------------------------
 # The window strategies' common graph: built lazily (``LazyLayer``), when the graph is run
 
 
-def _space_to_batch_windows(strategy: str, x: da.Array, block_shape, paddings, out_chunks, reads, stored):
+def _space_to_batch_windows(strategy: str, x: da.Array, block_shape, paddings, out_chunks, reads, stored, pad):
     """The output array of one task per output window of the plan (``out_chunks``,
-    ``reads``) by ``strategy``; its tasks are made by ``_windows_tasks`` when the graph is
-    materialised."""
-    token = tokenize(x, block_shape, paddings, strategy, out_chunks)  # the plan depends on array.chunk-size too
+    ``reads``) by ``strategy``, padded with ``pad`` (None: zeros); its tasks are made by
+    ``_windows_tasks`` when the graph is materialised."""
+    token = tokenize(x, block_shape, paddings, strategy, out_chunks, pad)  # the plan depends on array.chunk-size too
     name = f"space_to_batch_nd-{token}"
-    args = (strategy, _Input.of(x), list(block_shape), out_chunks, reads, token, stored)
+    args = (strategy, _Input.of(x), list(block_shape), out_chunks, reads, token, stored, paddings, pad)
     return _lazy_array(name, out_chunks, x, stored, _windows_tasks, *args)
 
 
@@ -222,11 +230,11 @@ def _window_maker(strategy: str, x: _Input, block_shape, reads, token, stored):
     return {"from_blocks": from_blocks, "region_reads": region_reads, "owned_halos": owned_halos}[strategy]
 
 
-def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored) -> dict:
+def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored, paddings, pad) -> dict:
     """The tasks of one task per output window of the plan (``out_chunks``, ``reads``):
-    zeros for a window of padding only; for a window with reads, the tasks of
+    padding blocks for a window of padding only; for a window with reads, the tasks of
     ``_window_maker(strategy, ...)``, ``(task, groups task)`` (the second makes the P blocks
-    of a batch chunk at once)."""
+    of a batch chunk at once), which write a non-zero ``pad`` into their padding cells."""
     m = len(block_shape)
     groups = math.prod(block_shape)
     window = _window_maker(strategy, x, block_shape, reads, token, stored)
@@ -236,6 +244,9 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
     # block (g, k) is group g's rows of it (a view, no copy).
     single = x.numblocks[0] == 1
     dtype = x.dtype
+    in_shape = tuple(map(sum, x.chunks))
+    batch = in_shape[0]
+    starts = [np.cumsum((0, *axis[:-1])).tolist() for axis in (x.chunks[0], *out_chunks[1 : 1 + m])]
     layer = {}
     for n, rows in enumerate(x.chunks[0]):
         for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
@@ -247,16 +258,24 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
                     [(name, 0, *spatial, *rest)] if single
                     else [(name, g * len(x.chunks[0]) + n, *spatial, *rest) for g in range(groups)]
                 )
-                if not all(axis_reads):  # padding only: zeros, no input read
-                    zero_shape = (rows * groups if single else rows, *spatial_shape, *rest_shape)
-                    layer.update({key: (np.zeros, zero_shape, dtype) for key in out_keys})
+                if not all(axis_reads):  # padding only: no input read
+                    pad_shape = (rows * groups if single else rows, *spatial_shape, *rest_shape)
+                    block = (np.zeros, pad_shape, dtype) if pad is None else (padding.padding_block, pad_shape, pad)
+                    layer.update({key: block for key in out_keys})
                     continue
                 covered = all(
                     sum(stop - start for _, start, stop, _ in r) == size * b
                     for r, size, b in zip(axis_reads, spatial_shape, block_shape)
                 )
+                fill = not covered
+                if fill and pad is not None:
+                    # The window's rows: all P*B output rows (one batch chunk), else each
+                    # group's rows of this batch chunk, group by group.
+                    at = tuple(starts[1 + i][k] for i, k in enumerate(spatial))
+                    firsts = [0] if single else [g * batch + starts[0][n] for g in range(groups)]
+                    fill = padding.pad_cells(pad, in_shape, block_shape, paddings, [(f, *at) for f in firsts])
                 shape = (rows * groups, *spatial_shape, *rest_shape)
-                task, groups_task = window(layer, (n, *spatial, *rest), axis_reads, shape, not covered)
+                task, groups_task = window(layer, (n, *spatial, *rest), axis_reads, shape, fill)
                 if single:
                     layer[out_keys[0]] = task
                     continue
@@ -268,7 +287,7 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
     return layer
 
 
-def _pieces_tasks(pieces, block_shape, shape, dtype, fill: bool) -> tuple[tuple, tuple]:
+def _pieces_tasks(pieces, block_shape, shape, dtype, fill) -> tuple[tuple, tuple]:
     """The task of one output window from its ``[array, index, offsets]`` pieces, and the task
     making its P group blocks at once."""
     task = (_space_to_batch_pieces, pieces, block_shape, shape, dtype, fill)
@@ -291,7 +310,7 @@ def _piece_args(x: da.Array, key, combo, layer, edge_key):
 
 
 @_fused_stores.streams(_space_to_batch_group_blocks)
-def _space_to_batch_groups(pieces, block_shape, shape, dtype, fill: bool):
+def _space_to_batch_groups(pieces, block_shape, shape, dtype, fill):
     """The output blocks, one per group, of one batch chunk's pieces, as a tuple. In a store
     graph (``ops.fusing_stores``) the task writes each block itself instead."""
     return _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)

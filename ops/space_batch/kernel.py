@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ops._copy import copy_into
+from ops.space_batch.padding import PadCells, set_padding
 
 # ---------------------------------------------------------------------------------------------
 # The pairing of space and batch rows, and the kernels
@@ -132,13 +133,19 @@ def batch_to_space_nd_kernel(batch, block_shape, crops) -> np.ndarray:
 # SpaceToBatchND: what one task computes
 
 
-def _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill: bool):
+def _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill: bool | PadCells):
     """One output block of SpaceToBatchND from its input pieces (its own block and halos).
 
     Each piece is ``[array, index, offsets]``: ``array[index]`` (the whole array for None)
-    lands at padded rows ``offsets`` of this block; the rows no piece covers are padding.
+    lands at padded rows ``offsets`` of this block; the rows no piece covers are padding:
+    ``fill`` says what they hold: nothing (False: the pieces cover the block), zeros (True),
+    or the pad value in ``PadCells``, written into those cells alone.
     """
-    y = np.zeros(shape, dtype) if fill else np.empty(shape, dtype)
+    if isinstance(fill, PadCells):
+        y = np.empty(shape, dtype)
+        set_padding(y, fill)
+    else:
+        y = np.zeros(shape, dtype) if fill else np.empty(shape, dtype)
     _fill(y, pieces, block_shape)
     return y
 
@@ -158,7 +165,7 @@ def _edge(block, index):
     return block[index].copy()
 
 
-def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: bool):
+def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: bool | PadCells):
     """A window that reads its own input chunks (``chunks``, read whole): its output block
     from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the rows its
     neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
@@ -190,7 +197,7 @@ def _groups(block, block_shape) -> tuple:
     return tuple(block[g * rows : (g + 1) * rows] for g in range(groups))
 
 
-def _space_to_batch_group_blocks(pieces, block_shape, shape, dtype, fill: bool):
+def _space_to_batch_group_blocks(pieces, block_shape, shape, dtype, fill: bool | PadCells):
     """The output blocks, one per group, of one batch chunk's pieces, one at a time."""
     yield from _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
 

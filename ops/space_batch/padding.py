@@ -1,21 +1,22 @@
 """SpaceToBatchND's padding value: which output cells are padding, and filling them.
 
-The kernels and graph builders pad with the dtype's zero (NumPy's ``zeros``, padding-only
-blocks that read nothing). Any other ``pad_value`` is written afterwards, block by block, into
-exactly the cells that lie in the padding: an output cell ``[n, h_1, ..., h_M, ...]`` came
-from input position ``h_i * b_i + j_i - before_i`` of spatial dim ``i``, where ``j_i`` is its
-block offset, read from the batch index; it is padding when that position falls outside the
-dim. Those cells form a few runs per block (the first and last positions along each axis, for
-each run of batch entries with the same offsets), so a zero pad costs nothing extra and any
-other pad a write of the padding cells alone.
+The kernels pad with the dtype's zero (NumPy's ``zeros``; padding-only blocks that read
+nothing). Any other ``pad_value`` is written into exactly the cells that lie in the padding:
+an output cell ``[n, h_1, ..., h_M, ...]`` came from input position ``h_i * b_i + j_i -
+before_i`` of spatial dim ``i``, where ``j_i`` is its block offset, read from the batch index;
+it is padding when that position falls outside the dim. Those cells form a few runs per block
+(the first and last positions along each axis, for each run of batch entries with the same
+offsets), so a zero pad costs nothing extra and any other pad a write of the padding cells
+alone. The NumPy path writes them after its kernel; a Dask task writes them into the block it
+makes (``PadCells``), before its input pieces, so the pad costs no task of its own.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
-import dask.array as da
 import numpy as np
 
 from ops import dtypes
@@ -95,32 +96,52 @@ def _padding_slices(starts, stops, batch: int, block_shape, paddings, sizes):
                     yield (rows, *(slice(None),) * i, slice(run[0] - lo, run[1] - lo))
 
 
-def _fill_block(block: np.ndarray, fill, batch, block_shape, paddings, sizes, starts=None,
-                block_id=None) -> np.ndarray:
-    """``block`` with its padding cells set to ``fill``: in place when it is writeable (a block
-    the kernel or the graph made for this result), else in a copy (Dask's zeros are read-only
-    views)."""
-    m = len(block_shape)
-    lead = tuple(0 for _ in range(m + 1)) if starts is None else tuple(
-        starts[axis][block_id[axis]] for axis in range(m + 1))
-    stops = tuple(lo + n for lo, n in zip(lead, block.shape))
-    runs = list(_padding_slices(lead, stops, batch, block_shape, paddings, sizes))
-    if not runs:
-        return block
-    if not block.flags.writeable:
-        block = block.copy()
-    for index in runs:
-        block[index] = fill
-    return block
+class PadCells(NamedTuple):
+    """Where a block's padding cells are and what goes in them: the pad ``fill`` (a 0-d array
+    of the block's dtype); the input's batch size, ``block_shape``, ``paddings`` and spatial
+    ``sizes``; and ``leads``, the output position (batch, spatial...) of the first cell of
+    each of the block's equal slabs of rows (one slab, or one per group when a task makes a
+    batch chunk's P group blocks at once). Small and picklable: a task's argument."""
+
+    fill: np.ndarray
+    batch: int
+    block_shape: tuple
+    paddings: tuple
+    sizes: tuple
+    leads: tuple
 
 
-def with_pad_value(y, fill: np.ndarray, in_shape, block_shape, paddings):
-    """SpaceToBatchND's zero-padded output ``y`` (NumPy or Dask) with ``fill`` in its padding."""
-    if is_zero(fill) or not any(before or after for before, after in paddings) or 0 in y.shape:
-        return y
+def set_padding(block: np.ndarray, cells: PadCells) -> None:
+    """Write ``cells.fill`` into the padding cells of ``block`` (writeable), in place."""
+    m = len(cells.block_shape)
+    slab = block.shape[0] // len(cells.leads)
+    for i, lead in enumerate(cells.leads):
+        view = block[i * slab : (i + 1) * slab]
+        stops = tuple(lo + n for lo, n in zip(lead, view.shape[: m + 1]))
+        for index in _padding_slices(lead, stops, cells.batch, cells.block_shape, cells.paddings, cells.sizes):
+            view[index] = cells.fill
+
+
+def padding_block(shape, fill: np.ndarray) -> np.ndarray:
+    """A block of padding only: ``fill`` everywhere."""
+    y = np.empty(shape, fill.dtype)
+    y[...] = fill
+    return y
+
+
+def pad_cells(fill: np.ndarray, in_shape, block_shape, paddings, leads) -> PadCells | None:
+    """The ``PadCells`` of a block at ``leads``, or None when the kernels' zeros are the pad
+    already (a zero ``fill``, or no padding)."""
+    if is_zero(fill) or not any(before or after for before, after in paddings):
+        return None
     m = len(block_shape)
-    args = (fill, in_shape[0], tuple(block_shape), tuple(map(tuple, paddings)), tuple(in_shape[1:1 + m]))
-    if not isinstance(y, da.Array):
-        return _fill_block(y, *args)
-    starts = tuple(tuple(np.cumsum((0,) + y.chunks[axis][:-1]).tolist()) for axis in range(m + 1))
-    return y.map_blocks(_fill_block, *args, starts=starts, dtype=y.dtype, meta=y._meta, token="pad-value")
+    return PadCells(fill, in_shape[0], tuple(block_shape), tuple(map(tuple, paddings)), tuple(in_shape[1 : 1 + m]),
+                    tuple(leads))
+
+
+def with_pad_value(y: np.ndarray, fill: np.ndarray, in_shape, block_shape, paddings) -> np.ndarray:
+    """SpaceToBatchND's zero-padded NumPy output ``y`` with ``fill`` in its padding (in place)."""
+    cells = pad_cells(fill, in_shape, block_shape, paddings, [(0,) * (1 + len(block_shape))])
+    if cells is not None and 0 not in y.shape:
+        set_padding(y, cells)
+    return y
