@@ -34,11 +34,19 @@ def align(chunks: tuple[int, ...], multiple: int, offset: int = 0) -> tuple[int,
     """Chunks of the same axis whose interior boundaries q all satisfy (q + offset) % multiple == 0.
 
     Each boundary moves to the nearest allowed position (ties go up); boundaries that collide
-    merge. Already aligned chunks come back unchanged.
+    merge. Regular chunks (all equal but a smaller last one) stay regular, with offset 0: their
+    size moves to its nearest multiple (ties go up), so that a result stored in Zarr, which
+    holds regular chunks only, needs no second rechunk. Already aligned chunks come back
+    unchanged.
     """
     total = sum(chunks)
     if multiple == 1:
         return tuple(chunks) if total else (0,)
+    size = chunks[0] if chunks else 0
+    regular = len(chunks) > 1 and all(c == size for c in chunks[:-1]) and 0 < chunks[-1] <= size
+    if offset == 0 and regular and size % multiple:
+        size = max(multiple, (size + multiple // 2) // multiple * multiple)
+        return (size,) * (total // size) + ((total % size,) if total % size else ())
     points = [0, total]
     for q in boundaries(chunks)[1:-1]:
         below = q - (q + offset) % multiple

@@ -238,7 +238,9 @@ def test_row_block_plan():
     assert dequant_chunks((5, 5, 5), 0) == ((5, 5, 5), None)  # classic: one scale row
     assert dequant_chunks((5, 5, 5), 1) == ((5, 5, 5), (5, 5, 5))  # a scale row per row
     # Row groups of 32: 40 -> 32; 80 is as near 64 as 96, and ties go up.
-    assert dequant_chunks((40, 40, 20), 32) == ((32, 64, 4), (1, 2, 1))
+    assert dequant_chunks((40, 40, 50), 32) == ((32, 64, 34), (1, 2, 2))
+    # regular row chunks stay regular: 40 rows -> 32
+    assert dequant_chunks((40, 40, 20), 32) == ((32, 32, 32, 4), (1, 1, 1, 1))
 
 
 def test_dask_blocks_are_row_blocks():

@@ -27,8 +27,14 @@ def test_align_keeps_aligned_chunks():
 
 
 def test_align_moves_boundaries_to_the_nearest_multiple():
-    assert _chunks.align((3, 3, 3, 3), 2) == (4, 2, 4, 2)  # 3->4, 6 stays, 9->10
-    assert _chunks.align((5, 5), 4) == (4, 6)  # 5 is nearer 4 than 8
+    assert _chunks.align((3, 3, 4, 2), 2) == (4, 2, 4, 2)  # 3->4, 6 stays, 10 stays
+    assert _chunks.align((5, 6), 4) == (4, 7)  # 5 is nearer 4 than 8
+    # regular chunks stay regular (a Zarr store takes no other): their size moves
+    assert _chunks.align((3, 3, 3, 3), 2) == (4, 4, 4)
+    assert _chunks.align((3, 3, 3, 1), 2) == (4, 4, 2)
+    assert _chunks.align((5, 5), 4) == (4, 4, 2)  # 5 is nearer 4 than 8
+    assert _chunks.align((6, 6, 6), 4) == (8, 8, 2)  # ties go up
+    assert _chunks.align((1, 1, 1, 1, 1), 4) == (4, 1)
     assert _chunks.align((1, 1, 1, 1, 1, 1), 3) == (3, 3)  # boundaries that collide merge
     assert _chunks.align((1, 7), 4) == (8,)  # 1 rounds down to 0: one chunk
     # With an offset the allowed boundaries are q with (q + offset) % multiple == 0.
