@@ -4,7 +4,8 @@ one (``_choose_space_to_batch``).
 The input keeps its chunks (``plan.space_to_batch_nd_chunks``). A batch axis in one chunk
 (one image, the common case) gives one output block per input block holding all P block
 offsets; several batch chunks give P output blocks per input block (one per group, views of
-one task's result). Blocks of padding only are zeros that read no input. The strategies:
+one task's result). Blocks of padding only read no input; a pad value other than zero is
+written by the task that makes a block, into its padding cells. The strategies:
 
 - blockwise: every output block is one whole input block; a map that Dask fuses with the
   Zarr read and write.
