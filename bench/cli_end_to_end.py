@@ -7,16 +7,18 @@ AscendDequant, an int32 group ``src`` of the same size), generated on the cluste
 times, each as a whole process (wall clock from spawn to exit, on the same cluster):
 
 - **copy**: ``da.from_zarr(input) -> da.store`` into a new Zarr array with the same chunks and
-  codec, on a distributed ``Client`` to the scheduler (the best of ``--repeat`` runs, twice at
-  least);
+  codec, on a distributed ``Client`` to the scheduler (half its runs before the operators, half
+  after; twice at least);
 - **library**: the same process with ``ops.<op>`` between the two, stored as
   ``bench.out_of_core`` stores (``da.store`` under ``ops.fusing_stores``);
 - **cli**: ``chunked-tensor-ops run OP --input ... --variable ... --output ... --param ...
   --scheduler tcp://127.0.0.1:PORT --quiet``.
 
-Each case keeps the best of ``--repeat`` runs (default 2). Reported: the times, copy / case
-(1.0x: as fast as the copy) and library / cli (1.0x: the command line adds nothing), and the
-tasks each graph hands the scheduler after Dask's optimization (counted in this process on
+Each case keeps the best of ``--repeat`` runs (default 2), library and command line taking
+turns. Reported: the times, copy / case (1.0x: as fast as the copy) and library / cli (1.0x:
+the command line adds nothing), the CPU seconds the scheduler process spent during the run
+(the least of the runs: what the client's way of submitting and waiting costs the scheduler,
+on cores the workers need), and the tasks each graph hands the scheduler after Dask's optimization (counted in this process on
 the same inputs: the library's store graph, and the command line's as ``--dry-run`` counts it).
 The table is printed and recorded in bench/RESULTS.md (``--no-record``: printed only).
 """
@@ -37,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import Processes, machine, record_section
+from bench.common import Processes, cpu_seconds, machine, record_section
 from bench.out_of_core import CODEC, SEED, Cluster, _float_block, _int_block
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,15 +134,17 @@ def library_argv(case: Case, address: str, source: Path, target: Path) -> list[s
     return [sys.executable, "-c", code, address, str(source), case.source, str(target)]
 
 
-def timed(argv: list[str], env: dict | None = None) -> tuple[float, str]:
-    """Seconds from spawn to exit of ``argv`` (its stderr returned; a failure raises)."""
+def timed(argv: list[str], procs: Processes, env: dict | None = None) -> tuple[float, float]:
+    """(seconds from spawn to exit of ``argv``, CPU seconds the scheduler spent meanwhile); a
+    failure raises."""
     os.sync()  # the previous run's dirty pages are not this run's work
+    before = cpu_seconds(procs).get("scheduler", 0.0)
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})})
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{argv[:6]} exited with {done.returncode}:\n{done.stderr[-3000:]}")
-    return seconds, done.stderr
+    return seconds, cpu_seconds(procs).get("scheduler", 0.0) - before
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -223,37 +227,50 @@ def measure(names: list[str], repeat: int, gib: float = 3.0, log=print) -> list[
             if "src" in sources:
                 write_group(cluster, paths["src"], "src", src_shape, SRC_CHUNKS, SRC_DIMS, np.int32)
             log(f"inputs written in {time.perf_counter() - started:.1f} s")
+            # Fresh workers: writing the inputs leaves them near their memory limit for a while,
+            # which slowed whatever ran first.
+            cluster.client.restart(timeout=120)
             env = {"SCALE": json.dumps(deq_scale())}
             out = work / "out.zarr"
+
+            def run(kind: str, argv: list[str], row: dict) -> None:
+                seconds, scheduler = timed(argv, procs, env)
+                shutil.rmtree(out, ignore_errors=True)
+                row[kind].append(seconds)
+                row[f"{kind}_scheduler"] = min(row.get(f"{kind}_scheduler", scheduler), scheduler)
+
             copies = {}
-            for source in sorted(sources):
-                case = CASES[COPIES[source]]
-                times = []
-                for _ in range(max(2, repeat)):
-                    seconds, _ = timed(library_argv(case, cluster.address, paths[source], out))
-                    shutil.rmtree(out, ignore_errors=True)
-                    times.append(seconds)
-                log(f"{case.name}: {', '.join(f'{s:.1f}' for s in times)} s")
-                copies[source] = times
-                rows.append({"name": case.name, "label": case.label, "copy": times, "library": None, "cli": None})
+
+            def run_copies() -> None:
+                # Half the copy runs before the operators and half after, so that a drift of
+                # the machine over the run weighs on the yardstick too.
+                for source in sorted(sources):
+                    case = CASES[COPIES[source]]
+                    row = copies.setdefault(source, {"name": case.name, "label": case.label, "copy": [],
+                                                     "library": None, "cli": None})
+                    for _ in range(max(1, repeat // 2)):
+                        run("copy", library_argv(case, cluster.address, paths[source], out), row)
+                    log(f"{case.name}: {', '.join(f'{s:.1f}' for s in row['copy'])} s")
+
+            run_copies()
+            cases = []
             for name in names:
                 case = CASES[name]
-                if case.op == "copy":
-                    continue
-                row = {"name": name, "label": case.label, "copy": copies[case.source], "library": [], "cli": []}
+                row = {"name": name, "label": case.label, "copy": copies[case.source]["copy"], "library": [],
+                       "cli": []}
                 for _ in range(repeat):
-                    for kind, argv in (("library", library_argv(case, cluster.address, paths[case.source], out)),
-                                       ("cli", cli_argv(case, cluster.address, paths[case.source], out))):
-                        seconds, _ = timed(argv, env)
-                        shutil.rmtree(out, ignore_errors=True)
-                        row[kind].append(seconds)
+                    run("library", library_argv(case, cluster.address, paths[case.source], out), row)
+                    run("cli", cli_argv(case, cluster.address, paths[case.source], out), row)
                 procs.check()
                 row["tasks_library"] = library_tasks(case, paths[case.source], work)
                 row["tasks_cli"] = cli_tasks(case, paths[case.source], work)
                 log(f"{name}: library {', '.join(f'{s:.1f}' for s in row['library'])} s, "
-                    f"cli {', '.join(f'{s:.1f}' for s in row['cli'])} s, "
+                    f"cli {', '.join(f'{s:.1f}' for s in row['cli'])} s, scheduler CPU "
+                    f"{row['library_scheduler']:.2f} / {row['cli_scheduler']:.2f} s, "
                     f"tasks {row['tasks_library']} / {row['tasks_cli']}")
-                rows.append(row)
+                cases.append(row)
+            run_copies()
+            rows = [*copies.values(), *cases]
         finally:
             if cluster:
                 cluster.close()
@@ -263,7 +280,7 @@ def measure(names: list[str], repeat: int, gib: float = 3.0, log=print) -> list[
 
 def table(rows: list[dict]) -> str:
     head = ("| run | copy | library | cli | copy / library | copy / cli | library / cli "
-            "| tasks: library / cli |")
+            "| scheduler CPU s: library / cli | tasks: library / cli |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
 
     def times(values):
@@ -271,11 +288,12 @@ def table(rows: list[dict]) -> str:
 
     for r in rows:
         if r["library"] is None:
-            lines.append(f"| {r['label']} | {times(r['copy'])} | - | - | - | - | - | - |")
+            lines.append(f"| {r['label']} | {times(r['copy'])} | - | - | - | - | - | - | - |")
             continue
         copy, lib, cli = min(r["copy"]), min(r["library"]), min(r["cli"])
         lines.append(f"| {r['label']} | {min(r['copy']):.1f} s | {times(r['library'])} | {times(r['cli'])} "
                      f"| {copy / lib:.2f}x | {copy / cli:.2f}x | {lib / cli:.2f}x "
+                     f"| {r['library_scheduler']:.2f} / {r['cli_scheduler']:.2f} "
                      f"| {r['tasks_library']} / {r['tasks_cli']} |")
     return "\n".join(lines)
 

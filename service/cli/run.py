@@ -296,14 +296,21 @@ class ProgressBar:
             self.stream.flush()
 
 
+# Seconds between two checks that the scheduler answers when no progress bar is shown (the end
+# of the computation ends the wait at once; a frozen scheduler is found within ``patience``).
+QUIET_POLL = 1.0
+
+
 def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     """Wait for ``future`` with a progress bar (``service.jobs.runner``, the loop the service's
-    jobs wait with too); a scheduler silent for ``patience`` s is lost."""
+    jobs wait with too); a scheduler silent for ``patience`` s is lost. Without a bar
+    (``--quiet``) nothing tracks the tasks on the scheduler: it only has to answer."""
     from service.jobs.runner import SchedulerSilent, wait_with_progress
 
+    shown = {"on_start": lambda total: bar.show(0, total), "on_progress": bar.show} if bar.enabled else \
+        {"on_progress": None, "poll": min(QUIET_POLL, patience / 3)}
     try:
-        wait_with_progress(client, future, tracker=uuid.uuid4().hex, bound=bound, patience=patience,
-                           on_start=lambda total: bar.show(0, total), on_progress=bar.show)
+        wait_with_progress(client, future, tracker=uuid.uuid4().hex, bound=bound, patience=patience, **shown)
     except SchedulerSilent as silent:  # a frozen scheduler keeps its connection open: only silence tells
         raise RunError(CLUSTER, f"the Dask scheduler has not answered for {patience:.0f} s "
                                 f"({type(silent.error).__name__}: {silent.error})") from None

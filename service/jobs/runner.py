@@ -35,11 +35,12 @@ class Stopped(Exception):
 
 
 def wait_with_progress(client, future: Future, *, tracker: str, bound: float, patience: float,
-                       on_progress: Callable[[int, int], None], on_start: Callable[[int], None] | None = None,
+                       on_progress: Callable[[int, int], None] | None,
+                       on_start: Callable[[int], None] | None = None,
                        on_no_progress: Callable[[BaseException], None] | None = None,
                        should_stop: Callable[[], bool] | None = None, poll: float = 0.1) -> None:
     """Wait until ``future`` is done, reporting ``on_progress(done, total)`` tasks from the
-    scheduler's own count.
+    scheduler's own count, or only checking that the scheduler answers (``on_progress`` None).
 
     Parameters
     ----------
@@ -52,10 +53,12 @@ def wait_with_progress(client, future: Future, *, tracker: str, bound: float, pa
         Seconds any one call to the scheduler may take.
     patience : float
         Seconds of scheduler silence after which the wait is given up (``SchedulerSilent``).
-    on_progress : callable
-        ``on_progress(done, total)``, each time the scheduler answers with a count.
+    on_progress : callable or None
+        ``on_progress(done, total)``, each time the scheduler answers with a count. None: no
+        progress is tracked (nothing runs on the scheduler per task, and each poll only asks
+        the scheduler for its identity).
     on_start : callable, optional
-        ``on_start(total)`` once tracking has begun.
+        ``on_start(total)`` once tracking has begun (never without ``on_progress``).
     on_no_progress : callable, optional
         ``on_no_progress(error)`` when tracking could not begin (the wait goes on).
     should_stop : callable, optional
@@ -64,6 +67,10 @@ def wait_with_progress(client, future: Future, *, tracker: str, bound: float, pa
     poll : float
         Seconds between counts (a finished future ends the wait at once).
     """
+    if on_progress is None:  # nothing to show: ask only whether the scheduler answers
+        _poll_until_done(client, future, lambda: client.sync(client.scheduler.identity, callback_timeout=bound),
+                         patience=patience, should_stop=should_stop, poll=poll)
+        return
     answered = time.monotonic()
     try:
         try:
@@ -76,31 +83,50 @@ def wait_with_progress(client, future: Future, *, tracker: str, bound: float, pa
             # the counts below then report progress, and the stop below removes the tracker)
             if on_no_progress is not None:
                 on_no_progress(error)
-        finished = threading.Event()  # wakes the loop at once when the result is ready
-        future.add_done_callback(lambda _: finished.set())
-        while True:
-            if should_stop is not None and should_stop():
-                client.cancel([future], force=True)
-                raise Stopped
-            if future.done():
-                return
-            try:  # also the scheduler's sign of life (None when it does not track the computation)
-                counts = client.run_on_scheduler(progress.count, job_id=tracker, callback_timeout=bound)
-                answered = time.monotonic()
-            except Exception as error:
-                silent = time.monotonic() - answered
-                if silent > patience and not future.done():
-                    raise SchedulerSilent(silent, error) from None
-            else:
-                if counts:
-                    total, left = counts
-                    on_progress(total - left, total)
-            finished.wait(poll)
+
+        def counted(counts) -> None:  # None when the scheduler does not track the computation
+            if counts:
+                total, left = counts
+                on_progress(total - left, total)
+
+        # the counts are also the scheduler's sign of life
+        _poll_until_done(client, future, lambda: client.run_on_scheduler(progress.count, job_id=tracker,
+                                                                         callback_timeout=bound),
+                         patience=patience, should_stop=should_stop, poll=poll, answered=answered, on_answer=counted)
     finally:
         try:
             client.run_on_scheduler(progress.stop, job_id=tracker, callback_timeout=bound)
         except Exception:
             pass
+
+
+def _poll_until_done(client, future: Future, ask: Callable[[], object], *, patience: float,
+                     should_stop: Callable[[], bool] | None, poll: float, answered: float | None = None,
+                     on_answer: Callable[[object], None] | None = None) -> None:
+    """Call ``ask()`` (a bounded call to the scheduler) every ``poll`` seconds until ``future``
+    is done, and ``on_answer`` with each answer; ``SchedulerSilent`` once no call has
+    succeeded for ``patience`` seconds since ``answered`` (default now), ``Stopped`` when
+    ``should_stop()``."""
+    answered = time.monotonic() if answered is None else answered
+    finished = threading.Event()  # wakes the loop at once when the result is ready
+    future.add_done_callback(lambda _: finished.set())
+    while True:
+        if should_stop is not None and should_stop():
+            client.cancel([future], force=True)
+            raise Stopped
+        if future.done():
+            return
+        try:
+            answer = ask()
+            answered = time.monotonic()
+        except Exception as error:
+            silent = time.monotonic() - answered
+            if silent > patience and not future.done():
+                raise SchedulerSilent(silent, error) from None
+        else:
+            if on_answer is not None:
+                on_answer(answer)
+        finished.wait(poll)
 
 
 def drain(client, future: Future, timeout: float = 10.0, bound: float | None = None) -> None:

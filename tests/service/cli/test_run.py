@@ -18,6 +18,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import dask
 import dask.array as da
@@ -536,10 +537,51 @@ def test_the_progress_bar_of_a_successful_run_ends_on_100_percent(capsys):
     assert client.calls[-1] == "stop"
 
 
+class _IdentityClient:
+    """A client whose scheduler answers ``identity`` (or, ``silent``, never does) and records
+    what the wait asked of it."""
+
+    def __init__(self, silent: bool = False):
+        self.silent, self.calls = silent, []
+        self.scheduler = SimpleNamespace(identity=lambda: {"type": "Scheduler"})
+
+    def sync(self, function, callback_timeout=None):
+        self.calls.append("identity")
+        if self.silent:
+            raise TimeoutError("no answer")
+        return function()
+
+    def run_on_scheduler(self, function, **kwargs):
+        self.calls.append(function.__name__)
+
+    def cancel(self, futures, force=False):
+        self.calls.append("cancel")
+
+
+def test_a_quiet_run_tracks_no_tasks_on_the_scheduler(capsys, monkeypatch):
+    """--quiet: no progress tracker is started on the scheduler (it would watch every task's
+    transitions) and nothing is polled but whether the scheduler answers."""
+    monkeypatch.setattr(run, "QUIET_POLL", 0.01)
+    client = _IdentityClient()
+    bar = run.ProgressBar(enabled=False)
+    assert run._wait(client, _FinishingFuture(polls=3), bar, patience=30, bound=5) == "stored"
+    assert client.calls and set(client.calls) == {"identity"}, client.calls
+    assert capsys.readouterr().err == ""
+
+
+def test_a_quiet_run_still_gives_up_on_a_silent_scheduler(monkeypatch):
+    monkeypatch.setattr(run, "QUIET_POLL", 0.01)
+    client = _IdentityClient(silent=True)
+    with pytest.raises(run_errors.RunError) as error:
+        run._wait(client, _FinishingFuture(polls=300), run.ProgressBar(enabled=False), patience=0.2, bound=5)
+    assert error.value.code == run_errors.CLUSTER
+    assert "has not answered for 0 s" in str(error.value)
+    assert "start" not in client.calls and "count" not in client.calls
+
+
 def test_a_service_job_records_progress_when_the_start_answered_late():
     """The service's job executor, with the same late answer: its record gets the counts'
     progress (before, it stayed at 0 until the end), and the tracker is removed."""
-    from types import SimpleNamespace
 
     from service.jobs.execution import Executor
 
