@@ -12,7 +12,9 @@ times, each as a whole process (wall clock from spawn to exit, on the same clust
 - **library**: the same process with ``ops.<op>`` between the two, stored as
   ``bench.out_of_core`` stores (``da.store`` under ``ops.fusing_stores``);
 - **cli**: ``chunked-tensor-ops run OP --input ... --variable ... --output ... --param ...
-  --scheduler tcp://127.0.0.1:PORT --quiet``.
+  --scheduler tcp://127.0.0.1:PORT --quiet``;
+- **cli with bar** (``--progress``): the same without ``--quiet``, its progress bar counted by a
+  tracker on the scheduler.
 
 Each case keeps the best of ``--repeat`` runs (default 2), library and command line taking
 turns. Reported: the times, copy / case (1.0x: as fast as the copy) and library / cli (1.0x:
@@ -119,14 +121,14 @@ client.close()
 """
 
 
-def cli_argv(case: Case, address: str, source: Path, target: Path) -> list[str]:
+def cli_argv(case: Case, address: str, source: Path, target: Path, quiet: bool = True) -> list[str]:
     params = dict(case.params)
     if case.op == "ascend_dequant":
         params["deq_scale"] = deq_scale()
     argv = [*CLI, case.op, "--input", str(source), "--variable", case.source, "--output", str(target)]
     for name, value in params.items():
         argv += ["--param", f"{name}={json.dumps(value, separators=(',', ':'))}"]
-    return argv + ["--scheduler", address, "--quiet"]
+    return argv + ["--scheduler", address, *(["--quiet"] if quiet else [])]
 
 
 def library_argv(case: Case, address: str, source: Path, target: Path) -> list[str]:
@@ -209,8 +211,9 @@ def shapes(gib: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (X_SHAPE[0], height, *X_SHAPE[2:]), (rows, SRC_SHAPE[1])
 
 
-def measure(names: list[str], repeat: int, gib: float = 3.0, log=print) -> list[dict]:
-    """One row per case: the copy of its input, then the case by the library and the command line."""
+def measure(names: list[str], repeat: int, gib: float = 3.0, progress: bool = False, log=print) -> list[dict]:
+    """One row per case: the copy of its input, then the case by the library and the command
+    line (``progress``: and by the command line with its progress bar, without ``--quiet``)."""
     x_shape, src_shape = shapes(gib)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-cli-", dir=os.environ.get("BENCH_TMP")) as tmp:
@@ -257,16 +260,22 @@ def measure(names: list[str], repeat: int, gib: float = 3.0, log=print) -> list[
             for name in names:
                 case = CASES[name]
                 row = {"name": name, "label": case.label, "copy": copies[case.source]["copy"], "library": [],
-                       "cli": []}
+                       "cli": [], **({"cli_progress": []} if progress else {})}
                 for _ in range(repeat):
                     run("library", library_argv(case, cluster.address, paths[case.source], out), row)
                     run("cli", cli_argv(case, cluster.address, paths[case.source], out), row)
+                    if progress:
+                        run("cli_progress", cli_argv(case, cluster.address, paths[case.source], out, quiet=False),
+                            row)
                 procs.check()
                 row["tasks_library"] = library_tasks(case, paths[case.source], work)
                 row["tasks_cli"] = cli_tasks(case, paths[case.source], work)
                 log(f"{name}: library {', '.join(f'{s:.1f}' for s in row['library'])} s, "
-                    f"cli {', '.join(f'{s:.1f}' for s in row['cli'])} s, scheduler CPU "
-                    f"{row['library_scheduler']:.2f} / {row['cli_scheduler']:.2f} s, "
+                    f"cli {', '.join(f'{s:.1f}' for s in row['cli'])} s, "
+                    f"{'cli with bar ' + ', '.join(f'{s:.1f}' for s in row['cli_progress']) + ' s, ' if progress else ''}"
+                    f"scheduler CPU "
+                    f"{row['library_scheduler']:.2f} / {row['cli_scheduler']:.2f} s"
+                    f"{' / %.2f s' % row['cli_progress_scheduler'] if progress else ''}, "
                     f"tasks {row['tasks_library']} / {row['tasks_cli']}")
                 cases.append(row)
             run_copies()
@@ -279,8 +288,11 @@ def measure(names: list[str], repeat: int, gib: float = 3.0, log=print) -> list[
 
 
 def table(rows: list[dict]) -> str:
+    """The Markdown table; with the columns of the command line with its bar when it was run."""
+    bar = any("cli_progress" in r for r in rows)
     head = ("| run | copy | library | cli | copy / library | copy / cli | library / cli "
-            "| scheduler CPU s: library / cli | tasks: library / cli |")
+            + ("| cli with bar | library / cli with bar " if bar else "")
+            + f"| scheduler CPU s: library / cli{' / cli with bar' if bar else ''} | tasks: library / cli |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
 
     def times(values):
@@ -288,12 +300,13 @@ def table(rows: list[dict]) -> str:
 
     for r in rows:
         if r["library"] is None:
-            lines.append(f"| {r['label']} | {times(r['copy'])} | - | - | - | - | - | - | - |")
+            lines.append(f"| {r['label']} | {times(r['copy'])} |" + " - |" * (head.count("|") - 3))
             continue
         copy, lib, cli = min(r["copy"]), min(r["library"]), min(r["cli"])
+        with_bar = f"| {times(r['cli_progress'])} | {lib / min(r['cli_progress']):.2f}x " if bar else ""
+        scheduler = " / ".join(f"{r[k + '_scheduler']:.2f}" for k in ("library", "cli", *(("cli_progress",) if bar else ())))
         lines.append(f"| {r['label']} | {min(r['copy']):.1f} s | {times(r['library'])} | {times(r['cli'])} "
-                     f"| {copy / lib:.2f}x | {copy / cli:.2f}x | {lib / cli:.2f}x "
-                     f"| {r['library_scheduler']:.2f} / {r['cli_scheduler']:.2f} "
+                     f"| {copy / lib:.2f}x | {copy / cli:.2f}x | {lib / cli:.2f}x {with_bar}| {scheduler} "
                      f"| {r['tasks_library']} / {r['tasks_cli']} |")
     return "\n".join(lines)
 
@@ -304,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
                         choices=[n for n in CASES if CASES[n].op != "copy"])
     parser.add_argument("--repeat", type=int, default=2, help="runs of each case; the fastest counts (2)")
     parser.add_argument("--gib", type=float, default=3.0, help="input size (default 3; smaller for a quick try)")
+    parser.add_argument("--progress", action="store_true",
+                        help="also run the command line with its progress bar (without --quiet)")
     parser.add_argument("--no-record", action="store_true", help="print only; no RESULTS.md")
     parser.add_argument("--note", default="", help="a sentence on the run (e.g. the machine's load) for RESULTS.md")
     args = parser.parse_args(argv)
@@ -311,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--repeat must be at least 1, got {args.repeat}")
     load = os.getloadavg()[0]
     x_shape, src_shape = shapes(args.gib)
-    rows = measure(args.ops, args.repeat, args.gib)
+    rows = measure(args.ops, args.repeat, args.gib, args.progress)
     text = table(rows)
     print(text)
     if not args.no_record:
@@ -324,12 +339,14 @@ def main(argv: list[str] | None = None) -> None:
             f"spawn to exit: *copy*, `da.from_zarr -> da.store` with a `Client` to the scheduler; *library*, the "
             f"same with `ops.<op>` between, stored under `ops.fusing_stores`; *cli*, `chunked-tensor-ops run OP "
             f"--input ... --variable ... --output ... --param ... --scheduler tcp://127.0.0.1:PORT --quiet` (as "
-            f"`python -m service run`). {args.repeat} run(s) of each case (the copies at least 2), all times "
-            f"shown, each ratio of the fastest.\n\n{text}\n\n"
+            f"`python -m service run`){'; *cli with bar*, the same without `--quiet` (a progress tracker on the scheduler)' if args.progress else ''}. "
+            f"{args.repeat} run(s) of each case, library and command line taking turns; the copies half before the "
+            f"operators and half after (2 at least); all times shown, each ratio of the fastest.\n\n{text}\n\n"
             f"*copy / X*: the copy's time over X's (1.0x: X streams as fast as a plain copy of its input; the "
             f"target is 0.85x for the command line). *library / cli*: the library path's time over the command "
             f"line's (1.0x: the command line adds nothing; the target is 0.9x). *tasks*: what each graph hands "
-            f"the scheduler after Dask's optimization (the command line's as `--dry-run` counts it)."
+            f"the scheduler after Dask's optimization (the command line's as `--dry-run` counts it). *scheduler CPU*: "
+            f"the CPU seconds of the scheduler process during the run (the least over the runs)."
         ))
 
 
