@@ -475,7 +475,7 @@ def report(args, sizes, cases, results, times, cluster_sizes, cluster_error) -> 
         body += "\nEnd to end: no size within --max-cluster-chunks.\n"
     else:
         body += "\nEnd to end: not run (--no-cluster).\n"
-    if plot(results, sizes, cases, PLOT):
+    if not args.no_record and plot(results, sizes, cases, PLOT):  # --no-record: printed only, the plot kept
         body += "\nBuild times plotted (log-log) in [graph_scale.png](graph_scale.png).\n"
     if args.previous:
         previous = previous_section(args.previous)
