@@ -8,14 +8,16 @@ import logging
 import re
 import sqlite3
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from typing import TYPE_CHECKING
 
 from ops.errors import InvalidArgument
 from schemas.service import OGC_EXCEPTION
+
+if TYPE_CHECKING:  # the web framework is imported where the service uses it: the command line,
+    # which raises these errors too (service.jobs.cluster), does not pay for importing it
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,8 @@ PROBLEM_JSON = "application/problem+json"
 
 def exception_response(status: int, type_: str, detail: str, headers: dict | None = None) -> JSONResponse:
     """The OGC exception body of an error, as ``application/problem+json``."""
+    from fastapi.responses import JSONResponse
+
     body = {"type": type_, "title": _TITLES.get(status, "Error"), "status": status, "detail": detail}
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
@@ -135,6 +139,8 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
     """Every method some route of ``app`` answers on this request's path. Starlette's own 405
     names only the methods of the first route that matched the path (``GET /jobs/{id}``, not
     ``DELETE``), which RFC 9110 does not allow: ``Allow`` lists the resource's methods."""
+    from starlette.routing import Match
+
     allowed = []
     for method in _METHODS:
         scope = {**request.scope, "method": method}
@@ -178,6 +184,9 @@ def _describe_400_not_422(app: FastAPI) -> None:
 
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every error into an OGC exception body."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
     _describe_400_not_422(app)
 
     @app.exception_handler(ServiceError)

@@ -77,3 +77,13 @@ def test_ctrl_c_during_a_run_ends_in_one_line(tmp_path):
     assert run.returncode == 130, rest
     assert lines == ["chunked-tensor-ops run: interrupted; no output was written"], rest
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_run_does_not_import_the_web_framework():
+    """What ``chunked-tensor-ops run`` imports to run (its modules, the cluster, the wait loop)
+    leaves FastAPI and Starlette out: a run pays for no web service at start-up."""
+    code = ("import sys; import service.cli.main, service.cli.run, service.jobs.cluster, service.jobs.runner; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette', 'uvicorn')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[3]).stdout.strip()
+    assert loaded == "[]", loaded
