@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if not args.no_record:
         record_section("bench.cli_end_to_end", (
-            f"{machine().strip()} Load average {load:.2f} at the start. {args.note}\n"
+            f"{machine().strip()}. Load average {load:.2f} at the start. {args.note}\n"
             f"Cluster: `dask scheduler` (worker-saturation 1.0) + 2 x `dask worker --nthreads 1 --memory-limit "
             f"384MiB` on 127.0.0.1 (bench.out_of_core's). Inputs on local disk, Zarr v3 groups with zstd level 0: "
             f"`x` float32 {list(x_shape)} chunks {list(X_CHUNKS)} ({np.prod(x_shape) * 4 / GiB:.1f} GiB), "
