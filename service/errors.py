@@ -7,7 +7,6 @@ import errno
 import logging
 import re
 import sqlite3
-
 from typing import TYPE_CHECKING
 
 from ops.errors import InvalidArgument
