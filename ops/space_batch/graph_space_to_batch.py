@@ -56,7 +56,7 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings, fill: np.ndarra
     build, out_chunks, reads, stored = _choose_space_to_batch(x, block_shape, paddings)
     # The pad is written by the tasks that make the blocks (no task of its own); a zero pad
     # is what they make anyway.
-    pad = None if padding.pad_cells(fill, x.shape, block_shape, paddings, ()) is None else fill
+    pad = fill if padding.writes_pad(fill, paddings) else None
     return build(x, block_shape, paddings, out_chunks, reads, stored, pad)
 
 

@@ -129,10 +129,16 @@ def padding_block(shape, fill: np.ndarray) -> np.ndarray:
     return y
 
 
+def writes_pad(fill: np.ndarray, paddings) -> bool:
+    """Whether ``fill`` has to be written into padding cells: there is padding, and the
+    kernels' zeros are not the pad already."""
+    return not is_zero(fill) and any(before or after for before, after in paddings)
+
+
 def pad_cells(fill: np.ndarray, in_shape, block_shape, paddings, leads) -> PadCells | None:
     """The ``PadCells`` of a block at ``leads``, or None when the kernels' zeros are the pad
-    already (a zero ``fill``, or no padding)."""
-    if is_zero(fill) or not any(before or after for before, after in paddings):
+    already (``writes_pad``)."""
+    if not writes_pad(fill, paddings):
         return None
     m = len(block_shape)
     return PadCells(fill, in_shape[0], tuple(block_shape), tuple(map(tuple, paddings)), tuple(in_shape[1 : 1 + m]),

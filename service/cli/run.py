@@ -307,10 +307,12 @@ def _wait(client, future, bar: ProgressBar, patience: float, bound: float):
     (``--quiet``) nothing tracks the tasks on the scheduler: it only has to answer."""
     from service.jobs.runner import SchedulerSilent, wait_with_progress
 
-    shown = {"on_start": lambda total: bar.show(0, total), "on_progress": bar.show} if bar.enabled else \
-        {"on_progress": None, "poll": min(QUIET_POLL, patience / 3)}
+    if bar.enabled:
+        waiting = {"on_start": lambda total: bar.show(0, total), "on_progress": bar.show}
+    else:
+        waiting = {"on_progress": None, "poll": min(QUIET_POLL, patience / 3)}
     try:
-        wait_with_progress(client, future, tracker=uuid.uuid4().hex, bound=bound, patience=patience, **shown)
+        wait_with_progress(client, future, tracker=uuid.uuid4().hex, bound=bound, patience=patience, **waiting)
     except SchedulerSilent as silent:  # a frozen scheduler keeps its connection open: only silence tells
         raise RunError(CLUSTER, f"the Dask scheduler has not answered for {patience:.0f} s "
                                 f"({type(silent.error).__name__}: {silent.error})") from None
