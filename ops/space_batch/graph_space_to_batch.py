@@ -188,7 +188,22 @@ def _space_to_batch_windows(strategy: str, x: da.Array, block_shape, paddings, o
     return _lazy_array(name, out_chunks, x, stored, _windows_tasks, *args)
 
 
-def _window_maker(strategy: str, x: _Input, block_shape, reads, token, stored):
+#: Windows up to this size hand their halo rows to a neighbour as part of their whole result,
+#: without a task that cuts them out: below it, sending the window to the neighbour's worker
+#: costs less than a task does on the scheduler (about a millisecond each).
+SMALL_WINDOW_BYTES = 1 << 20
+
+
+def _window_bytes(x: _Input, block_shape, out_chunks) -> int:
+    """The bytes of the largest window of the plan (all P groups of a batch chunk)."""
+    m = len(block_shape)
+    cells = max(x.chunks[0]) * math.prod(block_shape)
+    cells *= math.prod(max(axis, default=0) for axis in out_chunks[1 : 1 + m])
+    cells *= math.prod(max(axis, default=0) for axis in x.chunks[1 + m :])
+    return cells * x.dtype.itemsize
+
+
+def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored):
     """The function ``window(layer, key, axis_reads, shape, fill)`` of ``strategy`` that
     returns the (task, groups task) of the window at ``key`` = ``(n, *spatial, *rest)``,
     after putting in ``layer`` any task they take."""
@@ -213,6 +228,9 @@ def _window_maker(strategy: str, x: _Input, block_shape, reads, token, stored):
         return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
 
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy == "owned_halos" else None
+    # Small windows: the neighbour cuts its halo out of the owner's whole result itself (an
+    # inline task), so there is no edge task per halo; tiny blocks are bound by task counts.
+    inline_halos = strategy == "owned_halos" and _window_bytes(x, block_shape, out_chunks) <= SMALL_WINDOW_BYTES
 
     def owned_halos(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
@@ -222,9 +240,12 @@ def _window_maker(strategy: str, x: _Input, block_shape, reads, token, stored):
             _space_to_batch_window, [stored.read((n, *ks, *rest)) for ks in own_chunks],
             pieces, exports, block_shape, shape, x.dtype, fill,
         )
-        for e in range(len(exports)):
-            layer[(edge_name, *key, e)] = (_export, window_key, e)
-        halo_pieces = [[(edge_name, *owner, e), None, offsets] for owner, e, offsets in halos]
+        if inline_halos:
+            halo_pieces = [[(_export, (window_name, *owner), e), None, offsets] for owner, e, offsets in halos]
+        else:
+            for e in range(len(exports)):
+                layer[(edge_name, *key, e)] = (_export, window_key, e)
+            halo_pieces = [[(edge_name, *owner, e), None, offsets] for owner, e, offsets in halos]
         return (_with_halos, window_key, halo_pieces, block_shape), (_with_halos_groups, window_key, halo_pieces,
                                                                      block_shape)
 
@@ -238,7 +259,7 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
     of a batch chunk at once), which write a non-zero ``pad`` into their padding cells."""
     m = len(block_shape)
     groups = math.prod(block_shape)
-    window = _window_maker(strategy, x, block_shape, reads, token, stored)
+    window = _window_maker(strategy, x, block_shape, out_chunks, reads, token, stored)
     name, all_name = (f"space_to_batch_nd{part}-{token}" for part in ("", "-all"))
     # One batch chunk: each output block holds all P offsets (output batch index g*B + n).
     # Several: one task per input batch chunk computes all P groups in one pass, and output

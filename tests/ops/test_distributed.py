@@ -49,3 +49,20 @@ def test_index_errors_reach_the_client(client):
     indices = da.from_array(np.array([[1], [12]]), chunks=1)
     with pytest.raises(IndexError, match=r"indices\[1, 0\] = 12 is out of range for dimension 0 of size 10"):
         client.compute(ops.gather_nd(params, indices), sync=True)
+
+
+def test_padded_space_to_batch_stored_from_zarr_on_a_cluster(client, tmp_path):
+    # Windows take their halos from their neighbours' whole (small) results, which may live on
+    # the other worker; the windows store their own blocks (ops.fusing_stores).
+    import zarr
+
+    rng = np.random.default_rng(1)
+    image = rng.standard_normal((4, 10, 12, 3)).astype(np.float32)
+    source = zarr.create_array(str(tmp_path / "x.zarr"), shape=image.shape, chunks=(1, 2, 4, 3), dtype=image.dtype)
+    source[:] = image
+    y = ops.space_to_batch_nd(da.from_zarr(source), [2, 2], [[1, 1], [1, 3]], pad_value=-1.0)
+    target = zarr.create_array(str(tmp_path / "y.zarr"), shape=y.shape, chunks=tuple(c[0] for c in y.chunks),
+                               dtype=y.dtype)
+    with ops.fusing_stores():
+        client.compute(da.store(y, target, lock=False, compute=False), sync=True)
+    assert_same(target[...], ops.space_to_batch_nd(image, [2, 2], [[1, 1], [1, 3]], pad_value=-1.0))

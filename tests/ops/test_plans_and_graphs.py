@@ -3,7 +3,9 @@ which input blocks each output block reads, and that graphs grow linearly with b
 
 from __future__ import annotations
 
+import itertools
 import operator
+from unittest import mock
 
 import dask
 import dask.array as da
@@ -15,7 +17,7 @@ from dask.core import get_dependencies
 import ops
 from ops import _chunks
 from ops.depth_space import depth_to_space_chunks, space_to_depth_chunks
-from ops.space_batch import batch_to_space_nd_chunks, space_to_batch_nd_chunks
+from ops.space_batch import batch_to_space_nd_chunks, graph_space_to_batch, space_to_batch_nd_chunks
 from tests.helpers import assert_same, compute
 
 # --- pure plan functions --------------------------------------------------------------------
@@ -509,25 +511,32 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     assert merged.chunks[1] == (4, 4) and merged.npartitions == y.npartitions // 2
     assert_same(compute(merged), compute(y))
     # A halo (padding 1): each block is read once, whole, by the window that takes most of its
-    # rows, which copies out the rows its neighbours take (edge tasks on it); a window never
-    # waits for another window, and no block key of x is in the graph. With W in two chunks
-    # the halos are 2-D (a corner comes from a diagonal neighbour).
+    # rows, which copies out the rows its neighbours take (edge tasks on it, for windows above
+    # SMALL_WINDOW_BYTES; a small window's neighbours cut them out of its result themselves); a
+    # window never waits for another window, and no block key of x is in the graph. With W in
+    # two chunks the halos are 2-D (a corner comes from a diagonal neighbour).
     values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
-    for chunks in [(1, 4, 8, 2), (1, 4, 4, 2)]:
+    expected = ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]])
+    for chunks, small in itertools.product([(1, 4, 8, 2), (1, 4, 4, 2)], [True, False]):
         z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=chunks, dtype=values.dtype)
         z[:] = values
         x = da.from_zarr(z)
         y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
-        windows = _layer_reads(y, "-window-")
+        with mock.patch.object(graph_space_to_batch, "SMALL_WINDOW_BYTES", 1 << 20 if small else 0):
+            windows = _layer_reads(y, "-window-")
+            graph = dict(y.__dask_graph__())
+            result = compute(y)
         regions = [tuple((s.start, s.stop) for s in r[2]) for rs in windows.values() for r in rs]
         assert len(regions) == len(set(regions)) == x.npartitions  # every chunk once, whole
         assert all(r[2][1].stop - r[2][1].start == chunks[1] for rs in windows.values() for r in rs)
-        graph = dict(y.__dask_graph__())
         assert not [k for k in graph if isinstance(k, tuple) and k[0] == x.name]
-        assert [k for k in graph if "edge" in str(k[0])]
+        edges = [k for k in graph if "edge" in str(k[0])]
+        assert not edges if small else edges
+        halo_takers = [k for k in graph if "-all-" in str(k[0]) and len(get_dependencies(graph, k)) > 1]
+        assert halo_takers  # some windows take halos: from edge tasks, or from windows whole
         for key in windows:  # a window depends on the source only
             assert not [d for d in get_dependencies(graph, key) if isinstance(d, tuple)], key
-        assert_same(compute(y), ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]]))
+        assert_same(result, expected)
     # Merged windows with a halo too: a window takes two whole blocks and an edge of a third.
     z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(1, 4, 8, 2), dtype=values.dtype)
     z[:] = values
@@ -535,11 +544,13 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     with dask.config.set({"array.chunk-size": "2KiB"}):
         merged = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
     assert merged.chunks[1] == (4, 4, 1)  # 18 padded rows: two windows of 8 and the last one
-    graph = dict(merged.__dask_graph__())
-    windows = _layer_reads(merged, "-window-")
+    with mock.patch.object(graph_space_to_batch, "SMALL_WINDOW_BYTES", 0):  # edge tasks
+        graph = dict(merged.__dask_graph__())
+        windows = _layer_reads(merged, "-window-")
+        result = compute(merged)
     assert sorted(len(r) for r in windows.values()) == [0] * 4 + [2] * 8  # the last windows own none
     assert len([k for k in graph if "edge" in str(k[0])]) == 4 * 2  # per image, into windows 2 and 3
-    assert_same(compute(merged), ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]]))
+    assert_same(result, expected)
 
 
 def test_object_store_sources():
