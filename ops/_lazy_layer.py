@@ -20,6 +20,22 @@ from dask.base import tokenize
 from dask.core import keys_in_tasks
 from dask.highlevelgraph import HighLevelGraph, Layer
 
+try:  # Dask's task objects (2024.12+); private, so a Dask without them takes constants as they are
+    from dask._task_spec import DataNode
+except ImportError:  # pragma: no cover - depends on the installed Dask
+    DataNode = None
+
+
+def static(value):
+    """``value`` (holding no key and no task) as a constant argument of a task.
+
+    Dask searches every element of a task's arguments for keys and nested tasks when it
+    optimizes a graph; for a plan's nested lists of slices, offsets and crops that search is
+    most of the time optimization takes (and with a distributed scheduler, that time is the
+    scheduler's, before any task runs). A constant is taken as it is.
+    """
+    return value if DataNode is None else DataNode(None, value)
+
 
 class LazyLayer(Layer):
     """The tasks ``make(*args)`` returns, made on first use.

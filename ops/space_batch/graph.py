@@ -56,3 +56,15 @@ def _lazy_array(name: str, chunks, x: da.Array, reads, make, *args) -> da.Array:
 def _largest_block_bytes(x) -> int:
     """The bytes of x's largest block (its largest chunk on every axis)."""
     return math.prod(max(c) if c else 0 for c in x.chunks) * x.dtype.itemsize
+
+
+#: Task results up to this size are taken whole by the tasks that need a part of them (the part
+#: cut out inside the taker): below it, sending the whole result to the taker's worker costs
+#: less than a task of its own that cuts the part out (about a millisecond of the scheduler's
+#: time each), and with tiny blocks task counts are what bounds a run.
+SMALL_RESULT_BYTES = 1 << 20
+
+
+def taken_whole(nbytes: int) -> bool:
+    """Whether a task result of ``nbytes`` is small enough to be taken whole (``SMALL_RESULT_BYTES``)."""
+    return nbytes <= SMALL_RESULT_BYTES

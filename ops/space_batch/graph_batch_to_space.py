@@ -29,7 +29,8 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy, _lazy_layer
-from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array
+from ops._lazy_layer import static
+from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
     _batch_to_space_block,
     _batch_to_space_bundle_blocks,
@@ -245,7 +246,7 @@ def _batch_to_space_bundles_tasks(plan: _BatchToSpacePlan) -> dict:
         # the bundle one at a time.
         reads = [list(plan.source.read(b)) for b in unique]
         bundle = [(crops, parts) for _, crops, parts in outputs]
-        layer[key] = (_batch_to_space_bundle, reads, bundle, list(plan.block_shape))
+        layer[key] = (_batch_to_space_bundle, reads, static(bundle), static(list(plan.block_shape)))
         for position, (index, _, _) in enumerate(outputs):
             layer[(plan.name, *index)] = (operator.getitem, key, position)
     return layer
@@ -265,19 +266,23 @@ def _batch_to_space_single_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     # SpaceToBatchND's halo plan: for each block, the chunks it reads, its boxes of them, the
     # boxes it copies out for others and the boxes it takes from others' copies.
     windows = _owned_windows([_shifted_reads(rows) for rows in shifted], 1, x.numblocks[1 + m :])
+    # Small readers: a block cuts the boxes it takes out of the reader's whole result itself.
+    whole = taken_whole(_largest_block_bytes(x))
     layer = {}
     for key, (reads, own, exports, imports) in windows.items():
         chunks = [(0, *ks, *key[1 + m :]) for ks in reads]
         reader_key = (reader_name, *key[1:])
         layer[reader_key] = (_batch_to_space_reader,
-                             [source.read(i) if source is not None else (x.name, *i) for i in chunks], own, exports)
-        for e in range(len(exports)):
+                             [source.read(i) if source is not None else (x.name, *i) for i in chunks], static(own),
+                             static(exports))
+        for e in range(0 if whole else len(exports)):
             layer[(export_name, *key[1:], e)] = (_export, reader_key, e)
     for key, (_, _, _, imports) in windows.items():
         rows, crops = _shifted_block(shifted, key[1 : 1 + m])
-        boxes = [[(export_name, *owner[1:], e), origin] for owner, e, origin in imports]
-        layer[(name, *key)] = (_batch_to_space_gathered, (reader_name, *key[1:]), boxes, rows,
-                               list(plan.block_shape), crops)
+        boxes = [[(_export, (reader_name, *owner[1:]), e) if whole else (export_name, *owner[1:], e), origin]
+                 for owner, e, origin in imports]
+        layer[(name, *key)] = (_batch_to_space_gathered, (reader_name, *key[1:]), boxes, static(rows),
+                               static(list(plan.block_shape)), static(crops))
     return layer
 
 
@@ -321,20 +326,23 @@ def _batch_to_space_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
                 origins = [[origin for *_, origin in box] for box in boxes]
                 outputs[(n, *spatial, *rest)] = (made, origins, rows, crops)
     numbers = {unique: number for number, unique in enumerate(bundles)}
+    # Small bundles: a joined block cuts its parts out of the bundles' whole results itself.
+    whole = taken_whole(groups * _largest_block_bytes(x))
     for unique, bundle in bundles.items():
         key = (bundle_name, numbers[unique])
-        layer[key] = (_batch_to_space_bundle, [list(source.read(b)) for b in unique], bundle,
-                      list(plan.block_shape))
+        layer[key] = (_batch_to_space_bundle, [list(source.read(b)) for b in unique], static(bundle),
+                      static(list(plan.block_shape)))
     for index, (made, origins, rows, crops) in outputs.items():
         picks = [(operator.getitem, (bundle_name, numbers[unique]), position) for unique, position in made]
         if len(picks) == 1:
             layer[(name, *index)] = picks[0]
             continue
-        parts = []
-        for j, pick in enumerate(picks):
+        parts = list(picks) if whole else []
+        for j, pick in enumerate([] if whole else picks):
             layer[(part_name, *index, j)] = pick
             parts.append((part_name, *index, j))
-        layer[(name, *index)] = (_batch_to_space_joined, parts, origins, rows, list(plan.block_shape), crops)
+        layer[(name, *index)] = (_batch_to_space_joined, parts, static(origins), static(rows),
+                                 static(list(plan.block_shape)), static(crops))
     return layer
 
 

@@ -34,8 +34,9 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy
+from ops._lazy_layer import static
 from ops.space_batch import padding
-from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array
+from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
     _edge,
     _export,
@@ -188,12 +189,6 @@ def _space_to_batch_windows(strategy: str, x: da.Array, block_shape, paddings, o
     return _lazy_array(name, out_chunks, x, stored, _windows_tasks, *args)
 
 
-#: Windows up to this size hand their halo rows to a neighbour as part of their whole result,
-#: without a task that cuts them out: below it, sending the window to the neighbour's worker
-#: costs less than a task does on the scheduler (about a millisecond each).
-SMALL_WINDOW_BYTES = 1 << 20
-
-
 def _window_bytes(x: _Input, block_shape, out_chunks) -> int:
     """The bytes of the largest window of the plan (all P groups of a batch chunk)."""
     m = len(block_shape)
@@ -230,7 +225,7 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy == "owned_halos" else None
     # Small windows: the neighbour cuts its halo out of the owner's whole result itself (an
     # inline task), so there is no edge task per halo; tiny blocks are bound by task counts.
-    inline_halos = strategy == "owned_halos" and _window_bytes(x, block_shape, out_chunks) <= SMALL_WINDOW_BYTES
+    inline_halos = strategy == "owned_halos" and taken_whole(_window_bytes(x, block_shape, out_chunks))
 
     def owned_halos(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
@@ -238,7 +233,7 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
         window_key = (window_name, *key)
         layer[window_key] = (
             _space_to_batch_window, [stored.read((n, *ks, *rest)) for ks in own_chunks],
-            pieces, exports, block_shape, shape, x.dtype, fill,
+            *map(static, (pieces, exports, block_shape, shape, x.dtype, fill)),
         )
         if inline_halos:
             halo_pieces = [[(_export, (window_name, *owner), e), None, offsets] for owner, e, offsets in halos]
@@ -312,7 +307,7 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
 def _pieces_tasks(pieces, block_shape, shape, dtype, fill) -> tuple[tuple, tuple]:
     """The task of one output window from its ``[array, index, offsets]`` pieces, and the task
     making its P group blocks at once."""
-    task = (_space_to_batch_pieces, pieces, block_shape, shape, dtype, fill)
+    task = (_space_to_batch_pieces, pieces, *map(static, (block_shape, shape, dtype, fill)))
     return task, (_space_to_batch_groups, *task[1:])
 
 

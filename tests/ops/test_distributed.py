@@ -51,18 +51,23 @@ def test_index_errors_reach_the_client(client):
         client.compute(ops.gather_nd(params, indices), sync=True)
 
 
-def test_padded_space_to_batch_stored_from_zarr_on_a_cluster(client, tmp_path):
-    # Windows take their halos from their neighbours' whole (small) results, which may live on
-    # the other worker; the windows store their own blocks (ops.fusing_stores).
+@pytest.mark.parametrize("op, params", [
+    ("space_to_batch_nd", {"block_shape": [2, 2], "paddings": [[1, 1], [1, 3]], "pad_value": -1.0}),
+    ("batch_to_space_nd", {"block_shape": [2, 2], "crops": [[1, 1], [1, 1]]}),
+])
+def test_halo_plans_stored_from_zarr_on_a_cluster(client, tmp_path, op, params):
+    # Small windows (SpaceToBatchND) and bundles (BatchToSpaceND, cropped) are taken whole by
+    # the tasks that need a part of them, which may run on the other worker; blocks are stored
+    # by the tasks that make them where they can (ops.fusing_stores).
     import zarr
 
     rng = np.random.default_rng(1)
     image = rng.standard_normal((4, 10, 12, 3)).astype(np.float32)
     source = zarr.create_array(str(tmp_path / "x.zarr"), shape=image.shape, chunks=(1, 2, 4, 3), dtype=image.dtype)
     source[:] = image
-    y = ops.space_to_batch_nd(da.from_zarr(source), [2, 2], [[1, 1], [1, 3]], pad_value=-1.0)
+    y = getattr(ops, op)(da.from_zarr(source), **params)
     target = zarr.create_array(str(tmp_path / "y.zarr"), shape=y.shape, chunks=tuple(c[0] for c in y.chunks),
                                dtype=y.dtype)
     with ops.fusing_stores():
         client.compute(da.store(y, target, lock=False, compute=False), sync=True)
-    assert_same(target[...], ops.space_to_batch_nd(image, [2, 2], [[1, 1], [1, 3]], pad_value=-1.0))
+    assert_same(target[...], getattr(ops, op)(image, **params))

@@ -17,7 +17,8 @@ from dask.core import get_dependencies
 import ops
 from ops import _chunks
 from ops.depth_space import depth_to_space_chunks, space_to_depth_chunks
-from ops.space_batch import batch_to_space_nd_chunks, graph_space_to_batch, space_to_batch_nd_chunks
+from ops.space_batch import batch_to_space_nd_chunks, space_to_batch_nd_chunks
+from ops.space_batch import graph as space_batch_graph
 from tests.helpers import assert_same, compute
 
 # --- pure plan functions --------------------------------------------------------------------
@@ -354,6 +355,12 @@ def _zarr_zeros(shape, chunks, dtype=np.float32) -> da.Array:
     return da.from_zarr(z)
 
 
+def _zarr_of(values: np.ndarray, chunks) -> zarr.Array:
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=chunks, dtype=values.dtype)
+    z[:] = values
+    return z
+
+
 def _region_reads(task) -> list:
     """The ``getter(source, region)`` calls nested in one (legacy tuple) task, as tasks or as
     the ``[getter, source, region, ...]`` lists a bundle makes its reads from."""
@@ -421,38 +428,52 @@ def test_batch_to_space_single_batch_chunk_crop_reads_each_chunk_once():
     # the first: output blocks of 8 rows counted from the first kept row, each from all 4 rows
     # of one chunk and the first of the next. Each chunk is read once, whole, by the block
     # that takes most of it; the next block's reader copies out the row it lends. No rechunk.
-    x = _zarr_zeros((4, 16, 8, 2), (4, 4, 8, 2))
-    y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [0, 0]])
-    assert y.chunks[1] == (8, 8, 8, 6)  # Zarr chunks as they are (not 7, 8, 8, 7)
-    graph = dict(y.__dask_graph__())
-    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
-    readers = _layer_reads(y, "-reader-")
-    read = sorted(r[2] for rs in readers.values() for r in rs)
-    assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, k, 0, 0), (4, 4, 8, 2))) for k in range(0, 16, 4))
-    exports = [k for k in graph if "-export-" in str(k[0])]
-    assert len(exports) == 3  # the first row of chunks 1-3, for blocks 0-2
-    assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
+    # Readers over SMALL_RESULT_BYTES lend the row in an export task; a small reader's
+    # result is taken whole by the block that needs the row (no export tasks).
+    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    x = da.from_zarr(_zarr_of(values, (4, 4, 8, 2)))
+    for small in (False, True):
+        y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [0, 0]])
+        assert y.chunks[1] == (8, 8, 8, 6)  # Zarr chunks as they are (not 7, 8, 8, 7)
+        with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
+            graph = dict(y.__dask_graph__())
+            readers = _layer_reads(y, "-reader-")
+            result = compute(y)
+        assert_same(result, ops.batch_to_space_nd(values, [2, 2], [[1, 1], [0, 0]]))
+        assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+        read = sorted(r[2] for rs in readers.values() for r in rs)
+        assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, k, 0, 0), (4, 4, 8, 2)))
+                              for k in range(0, 16, 4))
+        exports = [k for k in graph if "-export-" in str(k[0])]
+        assert len(exports) == (0 if small else 3)  # the first row of chunks 1-3, for blocks 0-2
+        assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
     # Linear: twice the rows, twice the tasks (and one more lent row).
     doubled = ops.batch_to_space_nd(_zarr_zeros((4, 32, 8, 2), (4, 4, 8, 2)), [2, 2], [[1, 1], [0, 0]])
-    assert _task_count(doubled) == 2 * (y.npartitions + len(readers)) + (2 * len(exports) + 1) + 1
+    with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 0):
+        assert _task_count(doubled) == 2 * (y.npartitions + len(readers)) + (2 * 3 + 1) + 1
 
 
 def test_batch_to_space_crop_on_two_chunked_axes_reads_each_chunk_once():
     # As above, with the second spatial axis chunked and cropped too: blocks counted from the
     # first kept row and column, each from one chunk and the row, column and corner the
     # next chunks' readers lend (row: 3 x 4 blocks, column: 4 x 3, corner: 3 x 3). No rechunk.
-    x = _zarr_zeros((4, 16, 16, 2), (4, 4, 4, 2))
-    y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]])
-    assert y.chunks[1:3] == ((8, 8, 8, 6), (8, 8, 8, 6))
-    graph = dict(y.__dask_graph__())
-    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
-    readers = _layer_reads(y, "-reader-")
-    read = sorted(r[2] for rs in readers.values() for r in rs)
-    assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, i, j, 0), (4, 4, 4, 2)))
-                          for i in range(0, 16, 4) for j in range(0, 16, 4))
-    exports = [k for k in graph if "-export-" in str(k[0])]
-    assert len(exports) == 12 + 12 + 9
-    assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
+    values = np.arange(4 * 16 * 16 * 2, dtype=np.float32).reshape(4, 16, 16, 2)
+    x = da.from_zarr(_zarr_of(values, (4, 4, 4, 2)))
+    for small in (False, True):
+        y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]])
+        assert y.chunks[1:3] == ((8, 8, 8, 6), (8, 8, 8, 6))
+        with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
+            graph = dict(y.__dask_graph__())
+            readers = _layer_reads(y, "-reader-")
+            result = compute(y)
+        assert_same(result, ops.batch_to_space_nd(values, [2, 2], [[1, 1], [1, 1]]))
+        assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+        read = sorted(r[2] for rs in readers.values() for r in rs)
+        assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, i, j, 0), (4, 4, 4, 2)))
+                              for i in range(0, 16, 4) for j in range(0, 16, 4))
+        exports = [k for k in graph if "-export-" in str(k[0])]
+        assert len(exports) == (0 if small else 12 + 12 + 9)
+        assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
 
 
 def test_batch_to_space_bundles_crop_on_two_chunked_axes():
@@ -473,6 +494,18 @@ def test_batch_to_space_bundles_crop_on_two_chunked_axes():
     joined = [k for k, task in layer.items() if k[0] == y.name and task[0] is not operator.getitem]
     # Blocks at the end of a row of chunks (3 of 4 on the first axis) or of a column of them.
     assert len(joined) == (3 * 4 + 15 * 3) - 3 * 3
+    # Small bundles: a joined block cuts its parts out of the bundles' results itself; over
+    # SMALL_RESULT_BYTES each part is a task of its own, so that only it travels.
+    assert not [k for k in layer if "-part-" in str(k[0])]
+    values = np.arange(4 * 16 * 16 * 2, dtype=np.float32).reshape(4, 16, 16, 2)
+    x = da.from_zarr(_zarr_of(values, (1, 4, 4, 2)))
+    expected = ops.batch_to_space_nd(values, [2, 2], [[1, 1], [1, 1]])
+    assert_same(compute(ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]])), expected)
+    y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]])
+    with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 0):
+        parts = [k for k in dict(y.__dask_graph__()) if "-part-" in str(k[0])]
+        assert_same(compute(y), expected)
+    assert len(parts) > len(joined)
 
 
 def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():
@@ -512,7 +545,7 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     assert_same(compute(merged), compute(y))
     # A halo (padding 1): each block is read once, whole, by the window that takes most of its
     # rows, which copies out the rows its neighbours take (edge tasks on it, for windows above
-    # SMALL_WINDOW_BYTES; a small window's neighbours cut them out of its result themselves); a
+    # SMALL_RESULT_BYTES; a small window's neighbours cut them out of its result themselves); a
     # window never waits for another window, and no block key of x is in the graph. With W in
     # two chunks the halos are 2-D (a corner comes from a diagonal neighbour).
     values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
@@ -522,7 +555,7 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
         z[:] = values
         x = da.from_zarr(z)
         y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
-        with mock.patch.object(graph_space_to_batch, "SMALL_WINDOW_BYTES", 1 << 20 if small else 0):
+        with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
             windows = _layer_reads(y, "-window-")
             graph = dict(y.__dask_graph__())
             result = compute(y)
@@ -544,7 +577,7 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     with dask.config.set({"array.chunk-size": "2KiB"}):
         merged = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
     assert merged.chunks[1] == (4, 4, 1)  # 18 padded rows: two windows of 8 and the last one
-    with mock.patch.object(graph_space_to_batch, "SMALL_WINDOW_BYTES", 0):  # edge tasks
+    with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 0):  # edge tasks
         graph = dict(merged.__dask_graph__())
         windows = _layer_reads(merged, "-window-")
         result = compute(merged)
