@@ -423,6 +423,22 @@ def test_batch_to_space_from_zarr_reads_each_chunk_once():
     )
 
 
+def _cropped_single_batch_chunk(values, chunks, crops, small: bool):
+    """BatchToSpaceND [2, 2] of ``values`` read from Zarr in ``chunks``, its graph made with
+    readers taken whole (``small``) or lending rows through export tasks: (y, graph, readers,
+    exports), after checking the values and that nothing is rechunked."""
+    y = ops.batch_to_space_nd(da.from_zarr(_zarr_of(values, chunks)), [2, 2], crops)
+    with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
+        graph = dict(y.__dask_graph__())
+        readers = _layer_reads(y, "-reader-")
+        result = compute(y)
+    assert_same(result, ops.batch_to_space_nd(values, [2, 2], crops))
+    assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
+    exports = [k for k in graph if "-export-" in str(k[0])]
+    assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
+    return y, graph, readers, exports
+
+
 def test_batch_to_space_single_batch_chunk_crop_reads_each_chunk_once():
     # The batch axis in one chunk (each chunk holds all 4 groups) and a crop of one row before
     # the first: output blocks of 8 rows counted from the first kept row, each from all 4 rows
@@ -431,22 +447,13 @@ def test_batch_to_space_single_batch_chunk_crop_reads_each_chunk_once():
     # Readers over SMALL_RESULT_BYTES lend the row in an export task; a small reader's
     # result is taken whole by the block that needs the row (no export tasks).
     values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
-    x = da.from_zarr(_zarr_of(values, (4, 4, 8, 2)))
     for small in (False, True):
-        y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [0, 0]])
+        y, graph, readers, exports = _cropped_single_batch_chunk(values, (4, 4, 8, 2), [[1, 1], [0, 0]], small)
         assert y.chunks[1] == (8, 8, 8, 6)  # Zarr chunks as they are (not 7, 8, 8, 7)
-        with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
-            graph = dict(y.__dask_graph__())
-            readers = _layer_reads(y, "-reader-")
-            result = compute(y)
-        assert_same(result, ops.batch_to_space_nd(values, [2, 2], [[1, 1], [0, 0]]))
-        assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
         read = sorted(r[2] for rs in readers.values() for r in rs)
         assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, k, 0, 0), (4, 4, 8, 2)))
                               for k in range(0, 16, 4))
-        exports = [k for k in graph if "-export-" in str(k[0])]
         assert len(exports) == (0 if small else 3)  # the first row of chunks 1-3, for blocks 0-2
-        assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
     # Linear: twice the rows, twice the tasks (and one more lent row).
     doubled = ops.batch_to_space_nd(_zarr_zeros((4, 32, 8, 2), (4, 4, 8, 2)), [2, 2], [[1, 1], [0, 0]])
     with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 0):
@@ -458,22 +465,13 @@ def test_batch_to_space_crop_on_two_chunked_axes_reads_each_chunk_once():
     # first kept row and column, each from one chunk and the row, column and corner the
     # next chunks' readers lend (row: 3 x 4 blocks, column: 4 x 3, corner: 3 x 3). No rechunk.
     values = np.arange(4 * 16 * 16 * 2, dtype=np.float32).reshape(4, 16, 16, 2)
-    x = da.from_zarr(_zarr_of(values, (4, 4, 4, 2)))
     for small in (False, True):
-        y = ops.batch_to_space_nd(x, [2, 2], [[1, 1], [1, 1]])
+        y, graph, readers, exports = _cropped_single_batch_chunk(values, (4, 4, 4, 2), [[1, 1], [1, 1]], small)
         assert y.chunks[1:3] == ((8, 8, 8, 6), (8, 8, 8, 6))
-        with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
-            graph = dict(y.__dask_graph__())
-            readers = _layer_reads(y, "-reader-")
-            result = compute(y)
-        assert_same(result, ops.batch_to_space_nd(values, [2, 2], [[1, 1], [1, 1]]))
-        assert not [k for k in graph if "rechunk" in str(k[0] if isinstance(k, tuple) else k)]
         read = sorted(r[2] for rs in readers.values() for r in rs)
         assert read == sorted(tuple(slice(a, a + n) for a, n in zip((0, i, j, 0), (4, 4, 4, 2)))
                               for i in range(0, 16, 4) for j in range(0, 16, 4))
-        exports = [k for k in graph if "-export-" in str(k[0])]
         assert len(exports) == (0 if small else 12 + 12 + 9)
-        assert len(graph) == y.npartitions + len(readers) + len(exports) + 1  # + the Zarr array itself
 
 
 def test_batch_to_space_bundles_crop_on_two_chunked_axes():
