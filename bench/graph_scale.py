@@ -228,35 +228,18 @@ def write_inputs(client, root: Path, chunks: int, names) -> dict[str, zarr.Array
     return arrays
 
 
-def submit_as_the_service_does(client, stored: da.Array, timeout: float) -> None:
-    """Run a store graph the way the service and ``chunked-tensor-ops run`` do: one
-    ``client.compute`` of the graph as it is, optimized and materialised on the scheduler
-    (``ops._fused_stores.fusing``), not in this process; TimeoutError (after cancelling it)
-    past ``timeout`` seconds."""
-    from distributed import wait
-
-    from ops._fused_stores import fusing
-
-    future = client.compute(fusing(stored))
-    try:
-        with client.as_current():  # wait() looks for the default client
-            wait([future], timeout=timeout)
-    except TimeoutError:
-        client.cancel([future], force=True)
-        raise TimeoutError(f"not done after {timeout:.0f} s; cancelled") from None
-    future.result()  # raises the first task error, if any
-
-
 def end_to_end(case: Case, client, arrays, root: Path, limit: float, scratch: str) -> float | str:
     """Seconds of build + run of ``from_zarr -> case -> store`` on the cluster, submitted as
     the service submits it; "over N s" past the limit."""
+    from bench.out_of_core import compute_store
+
     out = root / "out.zarr"
     started = time.perf_counter()
     try:
         with dask.config.set({"chunked-tensor-ops.scratch": scratch}):
             result = case.build({name: da.from_zarr(arrays[name]) for name in case.inputs})
-        submit_as_the_service_does(client, stored_graph(result, zarr.storage.LocalStore(out)),
-                                   timeout=max(limit - (time.perf_counter() - started), 1))
+        compute_store(client, stored_graph(result, zarr.storage.LocalStore(out)),
+                      timeout=max(limit - (time.perf_counter() - started), 1), as_the_service_does=True)
         return time.perf_counter() - started
     except TimeoutError:
         return f"over {limit:.0f} s"

@@ -610,16 +610,24 @@ def store_graph(result: da.Array, z: zarr.Array) -> da.Array:
     return da.store(result, z, lock=False, compute=False)
 
 
-def compute_store(client, stored: da.Array, timeout: float | None = None) -> None:
+def compute_store(client, stored: da.Array, timeout: float | None = None, *, as_the_service_does=False) -> None:
     """Run a store graph on the cluster; TimeoutError (after cancelling it) past ``timeout`` seconds.
 
-    Its blocks are ``None``: they are gathered as they are, where ``client.compute`` of the
-    array would first concatenate them in one task.
+    By default the graph is optimized here and persisted: its blocks are ``None`` and are
+    gathered as they are, where ``client.compute`` of the array would first concatenate them
+    in one task. ``as_the_service_does``: submitted as the service and ``chunked-tensor-ops
+    run`` submit a job, one ``client.compute`` of the graph as it is, optimized and
+    materialised on the scheduler (``ops._fused_stores.fusing``).
     """
     from distributed import futures_of, wait
 
-    with ops.fusing_stores():  # as the service and the command line store (Dask optimizes at persist)
-        futures = futures_of(client.persist(stored))
+    from ops._fused_stores import fusing
+
+    if as_the_service_does:
+        futures = [client.compute(fusing(stored))]
+    else:
+        with ops.fusing_stores():  # multi-output tasks store their own blocks (Dask optimizes at persist)
+            futures = futures_of(client.persist(stored))
     try:
         with client.as_current():  # wait() looks for the default client
             wait(futures, timeout=timeout)

@@ -337,10 +337,11 @@ def _batch_to_space_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
         if len(picks) == 1:
             layer[(name, *index)] = picks[0]
             continue
-        parts = list(picks) if whole else []
-        for j, pick in enumerate([] if whole else picks):
-            layer[(part_name, *index, j)] = pick
-            parts.append((part_name, *index, j))
+        if whole:
+            parts = picks
+        else:
+            parts = [(part_name, *index, j) for j in range(len(picks))]
+            layer.update(zip(parts, picks))
         layer[(name, *index)] = (_batch_to_space_joined, parts, static(origins), static(rows),
                                  static(list(plan.block_shape)), static(crops))
     return layer

@@ -549,9 +549,7 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
     expected = ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]])
     for chunks, small in itertools.product([(1, 4, 8, 2), (1, 4, 4, 2)], [True, False]):
-        z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=chunks, dtype=values.dtype)
-        z[:] = values
-        x = da.from_zarr(z)
+        x = da.from_zarr(_zarr_of(values, chunks))
         y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
         with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
             windows = _layer_reads(y, "-window-")
