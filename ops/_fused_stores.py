@@ -27,10 +27,14 @@ from collections import defaultdict
 
 import dask
 import dask.array as da
+import numpy as np
 from dask.array.core import load_store_chunk
 from dask.array.optimization import optimize as _array_optimize
 from dask.base import tokenize
 from dask.core import flatten
+from dask.highlevelgraph import HighLevelGraph
+
+from ops._lazy_layer import LazyLayer
 
 try:  # Dask's task objects (2024.12+); private, so a Dask without them means "no rewrite"
     from dask._task_spec import Alias, DataNode, Task, TaskRef, convert_legacy_graph
@@ -178,12 +182,59 @@ class _FusingArray(da.Array):
     __dask_optimize__ = staticmethod(_fusing_optimize)
 
 
+#: Store tasks (or "done" tasks of the level below) that one "done" task waits on.
+DONE_FAN_IN = 32
+
+
 def fusing(stored: da.Array) -> da.Array:
     """``stored`` (a store graph, ``da.store(..., compute=False)``) as a collection whose
     multi-output tasks store their own blocks when it is computed, as inside
     ``fusing_stores``, with nothing optimized now: a graph of a million blocks is sent to a
-    scheduler as it is, and rewritten and optimized there."""
-    return _FusingArray(stored.dask, stored.name, stored.chunks, meta=stored._meta)
+    scheduler as it is, and rewritten and optimized there.
+
+    The collection is one block, done when every store task is: a tree of "done" tasks, each
+    waiting on ``DONE_FAN_IN`` store tasks (or done tasks). Computing the store graph itself
+    would end in one task that takes every store task's result: a cluster then holds all of
+    them (``None``, but each is a task a worker and the scheduler keep, about 10 KiB) until
+    the very last block is written, a gigabyte per hundred thousand blocks, and that task
+    gathers them all from every worker. With the tree, a store task's result is released as
+    soon as its group is done.
+    """
+    name = f"stored-done-{tokenize(stored.name, DONE_FAN_IN)}"
+    layer = LazyLayer(name, (), _done_tasks, name, stored.name, stored.numblocks, DONE_FAN_IN)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[stored])
+    return _FusingArray(graph, name, (), meta=np.empty((), dtype=np.int8))
+
+
+def _done(*_results):
+    """Nothing: the block of a "done" task (``fusing``), which only waits for its dependencies."""
+    return np.zeros((), dtype=np.int8)
+
+
+def _done_tasks(name, stored_name, numblocks, fan_in: int) -> dict:
+    """The tasks of ``fusing``'s tree: level 1 waits on the store tasks in groups of
+    ``fan_in`` (in block order, so that blocks written together are released together),
+    each next level on groups of the level below, and ``(name,)`` on the last level."""
+    keys = [(stored_name, *index) for index in np.ndindex(*numblocks)]
+    tasks, level = {}, 0
+    while True:
+        level += 1
+        groups = [keys[start:start + fan_in] for start in range(0, len(keys), fan_in)]
+        last = len(groups) == 1
+        made = [(name,) if last else (f"{name}-{level}", number) for number in range(len(groups))]
+        for key, group in zip(made, groups):
+            tasks[key] = _task(key, _done, group)
+        if last:
+            return tasks
+        keys = made
+
+
+def _task(key, function, dependencies):
+    """A task calling ``function`` on the results of ``dependencies`` (Dask's task objects,
+    or a legacy tuple where the installed Dask has none)."""
+    if Task is None:  # pragma: no cover - depends on the installed Dask
+        return (function, *dependencies)
+    return Task(key, function, *map(TaskRef, dependencies))
 
 
 def _fused_key(key, stores):

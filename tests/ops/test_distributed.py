@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import dask.array as da
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 import ops
 from tests.helpers import assert_same
@@ -71,3 +74,50 @@ def test_halo_plans_stored_from_zarr_on_a_cluster(client, tmp_path, op, params):
     with ops.fusing_stores():
         client.compute(da.store(y, target, lock=False, compute=False), sync=True)
     assert_same(target[...], getattr(ops, op)(image, **params))
+
+
+class _PeakInMemory(SchedulerPlugin):
+    """The most tasks held in memory on the scheduler at once since it was registered."""
+
+    name = "peak-in-memory"
+
+    def __init__(self):
+        self.now = self.peak = 0
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        self.now += (finish == "memory") - (start == "memory")
+        self.peak = max(self.peak, self.now)
+
+
+def _peak_in_memory(client, collection) -> int:
+    """The most tasks the cluster held in memory at once while computing ``collection``."""
+    client.register_plugin(_PeakInMemory())
+    try:
+        client.compute(collection, sync=True)
+        return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins[_PeakInMemory.name].peak)
+    finally:
+        client.unregister_scheduler_plugin(_PeakInMemory.name)
+
+
+def test_a_submitted_store_graph_releases_each_written_block(client, tmp_path):
+    # Dask's own store graph ends in one task taking every store task's result, so all of
+    # them are held until the last block is written; the service's collection (fusing) waits
+    # on them through a tree of small tasks and lets each go once its group is done.
+    import zarr
+
+    from ops import _fused_stores
+
+    image = np.arange(16 * 16, dtype=np.float32).reshape(16, 16)
+    source = zarr.create_array(str(tmp_path / "x.zarr"), shape=image.shape, chunks=(1, 1), dtype=image.dtype)
+    source[:] = image
+    blocks = image.size
+    peaks = {}
+    for way in ("dask", "fusing"):
+        target = zarr.create_array(str(tmp_path / f"{way}.zarr"), shape=image.shape, chunks=(1, 1), dtype=image.dtype)
+        stored = da.store(da.from_zarr(source), target, lock=False, compute=False)
+        with mock.patch.object(_fused_stores, "DONE_FAN_IN", 8):  # groups small beside the blocks
+            collection = _fused_stores.fusing(stored) if way == "fusing" else stored
+        peaks[way] = _peak_in_memory(client, collection)
+        assert_same(target[...], image)
+    assert peaks["dask"] >= blocks  # the measure sees every held result
+    assert peaks["fusing"] <= blocks // 4, peaks  # a few groups of 8 at a time

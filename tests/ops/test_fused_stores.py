@@ -276,3 +276,30 @@ def test_concurrent_contexts_leave_dask_as_it_was_and_rewrite_only_for_their_thr
     assert seen == {"first": 4, "second": 4, "outsider": 0}
     assert dask.config.get("array_optimize", "absent") == before
     assert not stores_as_made(_optimized_tasks(stored))
+
+
+@pytest.mark.parametrize("blocks", [1, 32, 33, 1100])
+def test_fusing_waits_on_every_store_task_through_a_tree(blocks):
+    # One key to wait on; each task of the tree waits on at most DONE_FAN_IN others, and
+    # between them they wait on every store task (computing the key writes every block).
+    data = np.random.default_rng(blocks).standard_normal((blocks, 2)).astype(np.float32)
+    z = _target(da.from_array(data, chunks=(1, 2)))
+    stored = da.store(da.from_array(data, chunks=(1, 2)), z, lock=False, compute=False)
+    collection = _fused_stores.fusing(stored)
+    assert collection.__dask_keys__() == [(collection.name,)]
+    tasks = convert_legacy_graph(dict(collection.__dask_graph__()))
+    tree = {key: node for key, node in tasks.items() if str(key[0]).startswith(collection.name)}
+    assert all(len(node.dependencies) <= _fused_stores.DONE_FAN_IN for node in tree.values())
+    reached, frontier = set(), [(collection.name,)]
+    while frontier:
+        key = frontier.pop()
+        reached.add(key)
+        frontier.extend(tree[key].dependencies if key in tree else ())
+    assert reached - set(tree) == set(flatten(stored.__dask_keys__()))
+    levels, count = [], blocks
+    while count > 1 or not levels:
+        count = -(-count // _fused_stores.DONE_FAN_IN)
+        levels.append(count)
+    assert len(tree) == sum(levels)
+    dask.compute(collection, scheduler="sync")
+    assert_same(z[...], data)
