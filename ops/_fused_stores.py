@@ -14,6 +14,10 @@ block that other tasks take as well (or instead) is kept in the task's result fo
 A plan opts in by registering, for the function of its multi-output task, a function with the
 same arguments that yields the blocks one at a time (``streams``). Any other graph, or a task
 whose result something takes whole, is left as it is.
+
+``fusing`` makes the collection the service and ``chunked-tensor-ops run`` compute: the store
+graph as it is (rewritten and optimized where it is computed), waited on through a tree of
+small tasks so that no task has to hold every written block's result.
 """
 
 from __future__ import annotations
@@ -194,11 +198,10 @@ def fusing(stored: da.Array) -> da.Array:
 
     The collection is one block, done when every store task is: a tree of "done" tasks, each
     waiting on ``DONE_FAN_IN`` store tasks (or done tasks). Computing the store graph itself
-    would end in one task that takes every store task's result: a cluster then holds all of
-    them (``None``, but each is a task a worker and the scheduler keep, about 10 KiB) until
-    the very last block is written, a gigabyte per hundred thousand blocks, and that task
-    gathers them all from every worker. With the tree, a store task's result is released as
-    soon as its group is done.
+    would end in one task that takes every store task's result: the workers then hold all of
+    them (``None``, but each held result keeps its task's state on the worker, about 10 KiB)
+    until the very last block is written, and that task gathers them all from every worker.
+    With the tree, a store task's result is let go as soon as its group is done.
     """
     name = f"stored-done-{tokenize(stored.name, DONE_FAN_IN)}"
     layer = LazyLayer(name, (), _done_tasks, name, stored.name, stored.numblocks, DONE_FAN_IN)

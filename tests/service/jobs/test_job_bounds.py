@@ -29,7 +29,7 @@ from fastapi.testclient import TestClient
 from service.api.app import create_app
 from service.jobs.records import JobRecords
 from service.jobs.sweeper import Sweeper
-from tests.service.cluster_jobs import ASYNC, bounded, download, job_leftovers, upload
+from tests.service.cluster_jobs import ASYNC, bounded, job_leftovers, upload
 from tests.service.conftest import NPY, assert_problem, eventually, inline, make_settings, npy_bytes
 from tests.service.processes import descendants, start_server, stop_server
 
