@@ -65,9 +65,9 @@ PLOT = ROOT / "bench" / "graph_scale.png"
 #: Index tuples per GatherNd index chunk, and the index chunks (fixed: the params grow).
 TUPLES_PER_CHUNK, INDEX_CHUNKS = 8, 1000
 DEQUANT_COLUMNS, DEQUANT_ROWS = 16, 4
-#: Each worker's memory limit. A worker keeps the state of most tasks it has run (about 10 KiB
-#: each, whatever their results) until the computation ends: at 2e5 chunks, 1 GiB workers
-#: paused at 80% of it.
+#: Each worker's memory limit. A worker keeps the state of many of the tasks it has run (about
+#: 10 KiB each, whatever their results) until the computation ends: at 2e5 chunks, 1 GiB
+#: workers paused at 80% of it.
 WORKER_MEMORY = "2GiB"
 
 
