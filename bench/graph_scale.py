@@ -8,9 +8,11 @@ How the operators' Dask graphs grow with the number of input chunks, on inputs o
 - tasks per input chunk, raw: the length of the operator's high-level graph (input layer
   included), divided by the input chunks;
 - tasks per input chunk as the scheduler sees them: the graph that writes the result into a
-  Zarr array (``da.store``, as a Zarr-to-Zarr job does), after Dask's optimisation (blockwise
-  fusion; inside ``ops.fusing_stores`` as the service stores), counted task by task. A plain
-  Zarr copy (``from_zarr -> store``) is the reference line. Counting materialises the graph, so
+  Zarr array (``da.store``, as a Zarr-to-Zarr job does), as the service and the command line
+  submit it (``ops._fused_stores.fusing``: multi-output tasks write their own blocks, and a
+  tree of "done" tasks, one per 32 writers, waits on the tasks that write), after Dask's
+  optimisation (blockwise fusion), counted task by task. A plain Zarr copy
+  (``from_zarr -> store``) is the reference line (1.03: a store task per chunk and the tree). Counting materialises the graph, so
   it is done up to ``--max-count-chunks`` (2e5) input chunks; larger sizes show the count per
   chunk of the largest counted size, marked ``*`` (the count per chunk is flat across sizes);
 - end to end, up to ``--max-cluster-chunks`` (2e5) input chunks: a real ``dask scheduler`` and
@@ -58,6 +60,7 @@ import numpy as np
 import zarr
 
 import ops
+from ops._fused_stores import fusing
 from bench.common import RESULTS, Processes, machine, record_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,10 +157,9 @@ def stored_graph(result: da.Array, store) -> da.Array:
 
 
 def scheduler_tasks(result: da.Array) -> int:
-    """Tasks of the store graph of ``result`` after Dask's optimisation (materialised)."""
-    stored = stored_graph(result, zarr.storage.MemoryStore())
-    with ops.fusing_stores():
-        (optimised,) = dask.optimize(stored)
+    """Tasks of the store graph of ``result`` as a job submits it (``ops._fused_stores.fusing``:
+    its tree of "done" tasks included), after its optimisation (materialised)."""
+    (optimised,) = dask.optimize(fusing(stored_graph(result, zarr.storage.MemoryStore())))
     return len(dict(optimised.__dask_graph__()))
 
 

@@ -37,6 +37,7 @@ from dask.array.optimization import optimize as _array_optimize
 from dask.base import tokenize
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
+from dask.optimization import cull
 
 from ops._lazy_layer import LazyLayer
 
@@ -177,7 +178,48 @@ def _fusing_optimize(dsk, keys, **kwargs):
     """Dask's array optimization after the rewrite, always: the optimizer of ``fusing``'s
     collections, which travels with their graph (to the scheduler, under distributed)."""
     new = _rewritten(dsk, set(flatten(keys)))
-    return _array_optimize(dsk if new is None else new, keys, **kwargs)
+    optimized = _array_optimize(dsk if new is None else new, keys, **kwargs)
+    return _waiting_on_writers(optimized, keys)
+
+
+def _waiting_on_writers(tasks, keys):
+    """``tasks`` (an optimized graph) with ``fusing``'s "done" tasks waiting on the tasks that
+    write the blocks rather than on an alias or a pick of their result (``_writer``), and
+    whatever nothing then takes culled.
+
+    On a scheduler bound by its per-task cost that is one task less per block written: Dask
+    leaves an alias under the store task's name when it fuses that task into the one before,
+    and a rewritten multi-output task has one ``_stored`` pick per block it writes.
+    """
+    if Task is None or not isinstance(tasks, dict):  # not fused (Dask's optimization.fuse off)
+        return tasks
+    changed = False
+    for key, node in list(tasks.items()):
+        if getattr(node, "func", None) is not _done or not all(isinstance(a, TaskRef) for a in node.args):
+            continue  # not a done task, or one Dask's fusion has changed
+        waits = list(dict.fromkeys(_writer(tasks, ref.key) for ref in node.args))
+        if waits != [ref.key for ref in node.args]:
+            tasks[key] = _task(key, _done, waits)
+            changed = True
+    return cull(tasks, list(flatten(keys)))[0] if changed else tasks
+
+
+def _writer(tasks: dict, key):
+    """The task that writes the block stored under ``key``: past an alias (Dask leaves one
+    under the old name of each task it fuses, with the same result), and past a ``_stored``
+    pick of a rewritten task's store results when that task keeps no block; else ``key``."""
+    node = tasks.get(key)
+    if isinstance(node, Alias):
+        return _writer(tasks, node.target)
+    if not isinstance(node, Task) or node.func is not _stored:
+        return key
+    # Only a task that keeps no block for others: its result is then a tuple of None, cheap
+    # to send to a done task on another worker; a kept block would travel with it.
+    (fused,) = node.dependencies
+    run = getattr(tasks.get(fused), "func", None)
+    if isinstance(run, functools.partial) and run.func is _store_as_made and not run.args[2]:
+        return fused
+    return key
 
 
 class _FusingArray(da.Array):
@@ -201,7 +243,10 @@ def fusing(stored: da.Array) -> da.Array:
     would end in one task that takes every store task's result: the workers then hold all of
     them (``None``, but each held result keeps its task's state on the worker, about 10 KiB)
     until the very last block is written, and that task gathers them all from every worker.
-    With the tree, a store task's result is let go as soon as its group is done.
+    With the tree, a store task's result is let go as soon as its group is done. Where the
+    graph is optimized, the tree waits on the tasks that write the blocks themselves, not on
+    the aliases and picks of their results that Dask's fusion and the rewrite leave, one per
+    block (``_waiting_on_writers``).
     """
     name = f"stored-done-{tokenize(stored.name, DONE_FAN_IN)}"
     layer = LazyLayer(name, (), _done_tasks, name, stored.name, stored.numblocks, DONE_FAN_IN)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from dask._task_spec import Task, convert_legacy_graph
+from dask._task_spec import Alias, Task, convert_legacy_graph
 from dask.array.core import load_store_chunk
 from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
@@ -303,3 +303,64 @@ def test_fusing_waits_on_every_store_task_through_a_tree(blocks):
     assert len(tree) == sum(levels)
     dask.compute(collection, scheduler="sync")
     assert_same(z[...], data)
+
+
+def _waited_on(tasks: dict, root) -> set:
+    """The keys that ``fusing``'s tree (rooted at ``root``) waits on, other than its own."""
+    tree, frontier, leaves = set(), [root], set()
+    while frontier:
+        key = frontier.pop()
+        if getattr(tasks[key], "func", None) is _fused_stores._done:
+            tree.add(key)
+            frontier.extend(tasks[key].dependencies)
+        else:
+            leaves.add(key)
+    return leaves
+
+
+@pytest.mark.parametrize("build, paddings", [
+    (ops.space_to_batch_nd, [[0, 0], [0, 0]]),  # windows making P group blocks each
+    (ops.space_to_batch_nd, [[1, 1], [1, 1]]),  # the same, with halos from neighbours
+    (ops.batch_to_space_nd, [[0, 0], [0, 0]]),  # bundles
+    (ops.batch_to_space_nd, [[1, 1], [1, 1]]),  # cropped: Dask fuses each store into its block's task
+])
+def test_fusing_waits_on_the_tasks_that_write_the_blocks(build, paddings):
+    # No task per block only to pass a store result on: the tree waits on the writers
+    # themselves, and the graph still writes what NumPy computes.
+    data, x = _zarr_input(shape=(4, 8, 8, 2), chunks=(1, 2, 2, 2))
+    y = build(x, [2, 2], paddings)
+    z = _target(y)
+    stored = da.store(y, z, lock=False, compute=False)
+    collection = _fused_stores.fusing(stored)
+    tasks = _optimized_tasks(collection)
+    with ops.fusing_stores():
+        without_tree = _optimized_tasks(stored)  # the same rewrite, the picks and aliases left in
+    writers = _waited_on(tasks, (collection.name,))
+    assert not any(isinstance(tasks[key], Alias) for key in tasks)
+    assert not any(getattr(tasks[key], "func", None) is _fused_stores._stored for key in tasks)
+    made_and_stored = stores_as_made(tasks)
+    if made_and_stored:  # multi-output writers: the tree waits on them alone
+        assert writers == set(made_and_stored)
+    assert all(isinstance(tasks[key], Task) and key in without_tree or key in made_and_stored for key in writers)
+    tree = [key for key in tasks if getattr(tasks[key], "func", None) is _fused_stores._done]
+    assert len(tasks) - len(tree) <= len(without_tree) - y.npartitions
+    dask.get(tasks, (collection.name,))
+    assert_same(z[...], build(data, [2, 2], paddings))
+
+
+def test_a_writer_that_keeps_a_block_is_waited_on_through_its_picks():
+    # Block 1 is also summed by another task in the same graph, so the writer's result holds
+    # it: the tree must not take that result (it would send the block to the tree's worker).
+    log = _Log()
+    y = _three_blocks(log)
+    total = y.blocks[1].sum()
+    target = _LoggedTarget(log, (3, 2))
+    collection = _fused_stores.fusing(da.store(y, target, lock=False, compute=False))
+    root, (summed,) = (collection.name,), total.__dask_keys__()
+    graph = HighLevelGraph.merge(collection.__dask_graph__(), total.__dask_graph__())
+    tasks = _fused_stores._fusing_optimize(graph, [root, summed])
+    (writer,) = stores_as_made(tasks)
+    assert writer not in _waited_on(tasks, root)
+    results = dask.get(tasks, [root, summed])
+    assert results[1] == 2
+    assert_same(target.data, np.repeat(np.arange(3, dtype=np.int16), 2).reshape(3, 2))
