@@ -10,9 +10,10 @@ How the operators' Dask graphs grow with the number of input chunks, on inputs o
 - tasks per input chunk as the scheduler sees them: the graph that writes the result into a
   Zarr array (``da.store``, as a Zarr-to-Zarr job does), as the service and the command line
   submit it (``ops._fused_stores.fusing``: multi-output tasks write their own blocks, and a
-  tree of "done" tasks, one per 32 writers, waits on the tasks that write), after Dask's
-  optimisation (blockwise fusion), counted task by task. A plain Zarr copy
-  (``from_zarr -> store``) is the reference line (1.03: a store task per chunk and the tree). Counting materialises the graph, so
+  tree of "done" tasks, one per 32 output blocks, waits on the tasks that write them), after
+  Dask's optimisation (blockwise fusion), counted task by task. A plain Zarr copy
+  (``from_zarr -> store``) is the reference line (1.03: a store task per chunk, and the
+  tree). Counting materialises the graph, so
   it is done up to ``--max-count-chunks`` (2e5) input chunks; larger sizes show the count per
   chunk of the largest counted size, marked ``*`` (the count per chunk is flat across sizes);
 - end to end, up to ``--max-cluster-chunks`` (2e5) input chunks: a real ``dask scheduler`` and
