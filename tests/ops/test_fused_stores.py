@@ -307,11 +307,10 @@ def test_fusing_waits_on_every_store_task_through_a_tree(blocks):
 
 def _waited_on(tasks: dict, root) -> set:
     """The keys that ``fusing``'s tree (rooted at ``root``) waits on, other than its own."""
-    tree, frontier, leaves = set(), [root], set()
+    frontier, leaves = [root], set()
     while frontier:
         key = frontier.pop()
         if getattr(tasks[key], "func", None) is _fused_stores._done:
-            tree.add(key)
             frontier.extend(tasks[key].dependencies)
         else:
             leaves.add(key)
