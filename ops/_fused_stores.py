@@ -217,9 +217,10 @@ def _writer(tasks: dict, key):
     # to send to a done task on another worker; a kept block would travel with it.
     (fused,) = node.dependencies
     run = getattr(tasks.get(fused), "func", None)
-    if isinstance(run, functools.partial) and run.func is _store_as_made and not run.args[2]:
-        return fused
-    return key
+    if not isinstance(run, functools.partial) or run.func is not _store_as_made:
+        return key
+    _blocks, _stores, keep = run.args  # as ``_rewritten`` binds them
+    return key if keep else fused
 
 
 class _FusingArray(da.Array):
