@@ -38,7 +38,7 @@ from service.jobs.records import INTERRUPTED, JobRecords, now
 from service.storage.chunk_order import stream_chunks
 from service.storage.names import check_variable_dims
 from service.storage.protocol import ArrayStorage
-from service.storage.variables import StoredVariable
+from service.storage.variables import StoredVariable, uncompressed_bytes
 
 log = logging.getLogger(__name__)
 
@@ -396,6 +396,10 @@ class Executor:
         variable = outcome.variable or plan.result_name
         check_variable_dims(variable, result.dims, "the result's variable" if outcome.variable
                             else "outputs.result.name")  # before anything is computed
+        # The result counts against the disk quota as an upload does, held from before anything
+        # is computed until it is published (413 now if it would pass the quota).
+        release = self.store.hold_quota(plan.result_name, uncompressed_bytes(result, outcome.companions),
+                                        overwrite=False)
         built = self.store.new_version(f"job-{plan.job_id}-")  # the workers write here directly
         try:
             if plan.inline_only:  # one small block, computed here and stored in chunks
@@ -418,6 +422,7 @@ class Executor:
             self.store.publish(built, plan.result_name, overwrite=False)
         finally:
             remove_partial(built, self.store.discard)
+            release()
 
     def _wait(self, job_id: str, client, future: Future):
         """Wait for ``future``, recording progress from the scheduler (``service.jobs.runner``,

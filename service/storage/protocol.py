@@ -146,6 +146,11 @@ class ArrayStorage(Protocol):
         under ``group_attrs``, with its ``companions``); the Dask graph filling its data."""
         ...
 
+    def hold_quota(self, name: str, nbytes: int, overwrite: bool) -> Callable[[], None]:
+        """Hold ``nbytes`` of the disk quota while array ``name`` is built (413 if it would
+        pass ``disk_quota_bytes``); returns what gives them back."""
+        ...
+
     def publish(self, built: Location, name: str, overwrite: bool) -> None:
         """Make the array built at ``built`` array ``name`` in one step (409 if the name is
         taken and not ``overwrite``)."""

@@ -218,7 +218,7 @@ def import_zip(store, name: str, archive: Path, *, variable: str | None, dims: s
         for coord in arr.coords.values():
             coord.encoding = {}
         arr.encoding = {k: v for k, v in found.array.encoding.items() if k in variables.FILL_ATTRS}
-        release = store.hold_quota(name, arr.nbytes + sum(c.nbytes for c in arr.coords.values()), overwrite)
+        release = store.hold_quota(name, variables.uncompressed_bytes(arr, found.companions), overwrite)
         fill = store.write_skeleton(built, arr, wanted, variable, group_attrs=found.global_attrs,
                                     companions=found.companions)
         try:

@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import dask.array as da
+import numpy as np
 import xarray as xr
 import zarr
 from xarray.backends.zarr import encode_zarr_variable
@@ -64,6 +65,15 @@ def variable_of(ds: xr.Dataset, variable: str, *, decoded: bool = True) -> Store
     mapping = arr.encoding.get("grid_mapping", arr.attrs.get("grid_mapping"))
     companions = {mapping: ds[mapping].variable} if mapping in ds.variables and mapping != variable else {}
     return StoredVariable(from_stored(arr), dict(ds.attrs), companions)
+
+
+def uncompressed_bytes(arr: xr.DataArray, companions: dict | None = None) -> int:
+    """The bytes a stored copy of ``arr`` counts against the disk quota: its values (in the
+    dtype its encoding packs them to, if any), its coordinates and its ``companions``
+    variables, uncompressed (an upper bound on the files)."""
+    values = arr.size * np.dtype(arr.encoding.get("dtype", arr.dtype)).itemsize
+    return values + sum(c.nbytes for c in arr.coords.values()) + sum(
+        v.nbytes for v in (companions or {}).values())
 
 
 def output_dataset(result: xr.DataArray, variable: str, chunks: tuple[int, ...], global_attrs: dict | None = None,

@@ -323,6 +323,45 @@ def test_the_disk_quota_refuses_an_upload_that_would_pass_it(small, small_root):
     assert small.delete("/arrays/quota-b").status_code == 204
 
 
+def test_a_job_result_counts_against_the_disk_quota(small, small_root):
+    """A job's stored result counts as an upload does: a job whose result would pass
+    disk_quota_bytes (1 MiB here) is refused before anything is computed, when run to the end
+    (413) or in the background (a failed job whose results are the same 413); a smaller
+    result is stored."""
+    big = np.random.default_rng(2).integers(0, 255, (1, 80, 80, 96), dtype=np.uint8)  # 600 KiB
+    assert small.put("/arrays/quota-in", content=npy_bytes(big), headers={"Content-Type": NPY}).status_code == 201
+    before = arrays_in(small_root)
+
+    def execute(x: str, name: str, **headers):
+        return small.post("/processes/depth_to_space/execution", headers=headers, json={
+            "inputs": {"x": {"href": f"/arrays/{x}"}, "block_size": 2},
+            "outputs": {"result": {"transmissionMode": "reference", "name": name}}})
+
+    needles = ("array 'quota-out' (614400 bytes) would bring the stored arrays to",
+               "disk_quota_bytes setting (CHUNKED_TENSOR_OPS_DISK_QUOTA_BYTES)")
+    refused(execute("quota-in", "quota-out"), 413, *needles)
+    accepted = execute("quota-in", "quota-out", Prefer="respond-async")
+    assert accepted.status_code == 201, accepted.text
+    job_id = accepted.json()["jobID"]
+    deadline = time.monotonic() + 60
+    while (info := small.get(f"/jobs/{job_id}").json())["status"] in ("accepted", "running"):
+        assert time.monotonic() < deadline, info
+        time.sleep(0.05)
+    assert info["status"] == "failed" and needles[0] in info["message"], info
+    refused(small.get(f"/jobs/{job_id}/results"), 413, *needles)
+    assert arrays_in(small_root) == before  # nothing stored, nothing half-written
+
+    little = np.arange(4 * 4 * 8, dtype=np.uint8).reshape(1, 4, 4, 8)
+    assert small.put("/arrays/quota-small", content=npy_bytes(little),
+                     headers={"Content-Type": NPY}).status_code == 201
+    assert execute("quota-small", "quota-small-out").status_code == 204
+    stored = load_npy(small.get("/arrays/quota-small-out").content)
+    np.testing.assert_array_equal(stored, little.reshape(1, 4, 4, 2, 2, 2).transpose(0, 1, 3, 2, 4, 5)
+                                  .reshape(1, 8, 8, 2))
+    for name in ("quota-in", "quota-small", "quota-small-out"):
+        assert small.delete(f"/arrays/{name}").status_code == 204
+
+
 # --- finding 4: dimension_names ----------------------------------------------------------------
 
 
