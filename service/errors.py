@@ -51,14 +51,19 @@ _TITLES = {
 
 
 class ServiceError(Exception):
-    """An error answered as an OGC exception with ``status``, ``type`` and ``detail``."""
+    """An error answered as an OGC exception with ``status``, ``type`` and ``detail``.
 
-    def __init__(self, status: int, type_: str, detail: str, headers: dict | None = None):
+    ``full``, when given, is the same error with what a client must not read (e.g. where the
+    Dask scheduler listens): it goes to the service's log, and the command line prints it."""
+
+    def __init__(self, status: int, type_: str, detail: str, headers: dict | None = None, *,
+                 full: str | None = None):
         super().__init__(detail)
         self.status = status
         self.type = type_
         self.detail = detail
         self.headers = headers
+        self.full = detail if full is None else full
 
 
 def bad_request(detail: str) -> ServiceError:
@@ -190,6 +195,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
+        if exc.full != exc.detail:
+            log.warning("%s %s: %s", request.method, request.url.path, exc.full)
         return exception_response(exc.status, exc.type, exc.detail, exc.headers)
 
     @app.exception_handler(InvalidArgument)

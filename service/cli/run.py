@@ -248,7 +248,7 @@ def connect(settings, *, dashboard: bool = False, silent_workers: bool = False):
         cluster.live_client()
     except ClusterUnavailable as error:
         cluster.close()
-        raise RunError(CLUSTER, error.detail) from None
+        raise RunError(CLUSTER, error.full) from None
     except Exception as error:  # e.g. a LocalCluster that cannot start its workers
         cluster.close()
         raise RunError(CLUSTER, f"the Dask cluster could not start: {type(error).__name__}: {error}") from None

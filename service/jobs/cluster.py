@@ -25,8 +25,12 @@ log = logging.getLogger(__name__)
 
 
 class ClusterUnavailable(ServiceError):
-    def __init__(self, detail: str):
-        super().__init__(503, CLUSTER_UNAVAILABLE, detail)
+    """503: the cluster takes no work. ``detail``, what a client reads, never names the
+    scheduler (whoever reaches its address runs code on the cluster); ``full`` (the service's
+    log, the command line, whose user chose the scheduler) says where and why."""
+
+    def __init__(self, detail: str, full: str | None = None):
+        super().__init__(503, CLUSTER_UNAVAILABLE, detail, full=full)
 
 
 class CloseObjectStoreSessions(WorkerPlugin):
@@ -108,8 +112,8 @@ class Cluster:
                     self._client = Client(self.settings.scheduler, timeout=timeout, set_as_default=False)
             except (OSError, TimeoutError) as error:
                 raise ClusterUnavailable(
-                    f"the Dask scheduler at {self.settings.scheduler} is unreachable: {error}"
-                ) from None
+                    "the Dask scheduler is unreachable",
+                    f"the Dask scheduler at {self.settings.scheduler} is unreachable: {error}") from None
             return self._client
 
     @property
@@ -124,7 +128,8 @@ class Cluster:
         try:
             return client.sync(client.scheduler.identity, callback_timeout=self.settings.scheduler_timeout)
         except (OSError, TimeoutError) as error:
-            raise ClusterUnavailable(f"the Dask scheduler does not answer: {error}") from None
+            raise ClusterUnavailable("the Dask scheduler does not answer",
+                                     f"the Dask scheduler does not answer: {error}") from None
 
     def live_client(self) -> Client:
         """``client()``, once the scheduler has answered now (bounded): work is only handed to

@@ -291,6 +291,8 @@ class Executor:
                 return
             if not isinstance(error, ServiceError) and not disk_full(error):
                 log.exception("job %s failed", plan.job_id)  # a failure of the service itself
+            elif isinstance(error, ServiceError) and error.full != error.detail:  # what its record must not say
+                log.warning("job %s: %s", plan.job_id, error.full)
             self._record_failure(plan.job_id, error)
         finally:
             self._leave(plan.job_id, control)
@@ -452,7 +454,8 @@ class Executor:
             except Stopped:
                 raise Dismissed from None
             except SchedulerSilent as silent:
-                raise ClusterUnavailable(f"{silent}; the job was given up") from None
+                raise ClusterUnavailable(f"the Dask scheduler has not answered for {silent.seconds:.0f} s; the job "
+                                         "was given up", f"{silent}; the job was given up") from None
             if future.status == "error":
                 error = future.exception()
                 if isinstance(error, (InvalidArgument, IndexError)):
@@ -468,7 +471,7 @@ class Executor:
                                    "the computation was cancelled by the cluster")
             return future.result()
         except (OSError, TimeoutError) as error:
-            raise ClusterUnavailable(f"lost the Dask cluster: {error}") from None
+            raise ClusterUnavailable("lost the Dask cluster", f"lost the Dask cluster: {error}") from None
         finally:
             given_up = future.status == "pending" and client.status == "running"  # an error here
             if future.status == "error" or given_up or (dismissed is not None and dismissed.is_set()):

@@ -6,7 +6,6 @@ An array name (``check_name``) is 1-128 characters of ``[A-Za-z0-9._-]`` not sta
 
 from __future__ import annotations
 
-import math
 import re
 
 from service.errors import bad_request
@@ -14,8 +13,6 @@ from service.errors import bad_request
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # One part of a Zarr key (``NAME/c/0/0``) that the HTTP route serves.
 KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
-# The most chunks (files) a client may ask an array to be cut into with ?chunks=.
-MAX_CHUNK_COUNT = 1_000_000
 
 
 def check_name(name: str, what: str = "array name") -> str:
@@ -58,9 +55,5 @@ def parse_chunks(text: str | None, shape: tuple[int, ...]) -> tuple[int, ...] | 
         raise bad_request(f"chunks must be comma-separated integers, got {text!r}") from None
     if len(values) != len(shape) or any(v == 0 or v < -1 for v in values):
         raise bad_request(f"chunks must give {len(shape)} positive lengths (or -1 for a whole axis), got {text!r}")
-    chunks = tuple(max(1, n) if v == -1 else min(v, max(1, n)) for v, n in zip(values, shape))
-    count = math.prod(math.ceil(n / c) for n, c in zip(shape, chunks))
-    if count > MAX_CHUNK_COUNT:  # each chunk is a file: millions of them exhaust the disk's inodes
-        raise bad_request(f"chunks {list(chunks)} would cut shape {list(shape)} into {count} chunks, more than "
-                          f"{MAX_CHUNK_COUNT}; choose larger chunks")
-    return chunks
+    # How many chunks (files) they make is the upload's budget to check (``Budgets.check_grid``).
+    return tuple(max(1, n) if v == -1 else min(v, max(1, n)) for v, n in zip(values, shape))

@@ -219,7 +219,7 @@ def test_failing_job_reports_the_index_error(api, gather_params, dask_cluster, d
     assert job_leftovers(data_root, job_id) == []
 
 
-def test_unreachable_scheduler_is_503_not_a_hang(tmp_path):
+def test_unreachable_scheduler_is_503_not_a_hang(tmp_path, caplog):
     address = f"tcp://127.0.0.1:{free_port()}"  # nobody listens there
     settings = make_settings(tmp_path, scheduler=address, scheduler_timeout=2)
     with bounded(15), TestClient(create_app(settings)) as api:  # the app starts anyway
@@ -239,7 +239,11 @@ def test_unreachable_scheduler_is_503_not_a_hang(tmp_path):
         body = response.json()
         assert body["type"].endswith("cluster-unavailable")
         assert body["status"] == 503
-        assert body["detail"]
+        assert body["detail"] == "the Dask scheduler is unreachable", body
+        # whoever reaches the scheduler runs code on the cluster: no answer names it
+        port = address.rsplit(":", 1)[1]
+        assert port not in response.text and port not in health.text, (response.text, health.text)
+        assert f"the Dask scheduler at {address} is unreachable" in caplog.text  # the operator's log names it
 
         # all-inline inputs, value transmission: computed on NumPy in the service, no cluster
         with bounded(15):
