@@ -16,6 +16,8 @@ How the operators' Dask graphs grow with the number of input chunks, on inputs o
   tree). Counting materialises the graph, so
   it is done up to ``--max-count-chunks`` (2e5) input chunks; larger sizes show the count per
   chunk of the largest counted size, marked ``*`` (the count per chunk is flat across sizes);
+  with ``--graph-memory``, also the bytes those made tasks hold (traced with ``tracemalloc``),
+  per input chunk and per task: what the scheduler holds of a job's graph grows with them;
 - end to end, up to ``--max-cluster-chunks`` (2e5) input chunks: a real ``dask scheduler`` and
   two ``dask worker`` processes (one thread each) on 127.0.0.1 read a Zarr input from local
   disk, apply the operator and write a Zarr output; against a plain Zarr copy of the same
@@ -164,10 +166,31 @@ def scheduler_tasks(result: da.Array) -> int:
     return len(dict(optimised.__dask_graph__()))
 
 
+def scheduler_tasks_and_bytes(result: da.Array) -> tuple[int, int]:
+    """``scheduler_tasks`` and the bytes that the materialised tasks hold in this process (traced
+    allocations still held once the graph is optimised and made: the tasks, their arguments and
+    their dependency sets). The scheduler holds the same task objects, one per task."""
+    import gc
+    import tracemalloc
+
+    stored = fusing(stored_graph(result, zarr.storage.MemoryStore()))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        (optimised,) = dask.optimize(stored)
+        graph = dict(optimised.__dask_graph__())
+        del optimised
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return len(graph), held
+
+
 # --- build measurements, each in a child process with a time limit --------------------------
 
 
-def _measure(case: Case, chunks: int, count: bool, scratch: str, pipe) -> None:
+def _measure(case: Case, chunks: int, count: bool, scratch: str, pipe, graph_memory: bool = False) -> None:
     shapes = inputs_of(chunks)
     lazy = {name: da.from_zarr(metadata_array(zarr.storage.MemoryStore(), *shapes[name]))
             for name in case.inputs}
@@ -179,15 +202,20 @@ def _measure(case: Case, chunks: int, count: bool, scratch: str, pipe) -> None:
         # The length of a lazily made layer is known once its tasks are made: this may
         # materialise them (and run past the limit, then "-").
         pipe.send({"raw": len(result.__dask_graph__()), "zarr_rechunk": not regular})
-        pipe.send({"scheduler": scheduler_tasks(result) if count else None})
+        if count and graph_memory:
+            tasks, held = scheduler_tasks_and_bytes(result)
+            pipe.send({"graph_bytes": held, "scheduler": tasks})
+        else:
+            pipe.send({"scheduler": scheduler_tasks(result) if count else None})
 
 
-def measure(case: Case, chunks: int, count: bool, limit: float, scratch: str) -> dict:
-    """{build, raw, scheduler} of ``case`` at ``chunks``; {"over": limit} when the build (or
-    the count) does not finish within ``limit`` seconds (the child is stopped)."""
+def measure(case: Case, chunks: int, count: bool, limit: float, scratch: str, graph_memory: bool = False) -> dict:
+    """{build, raw, scheduler} of ``case`` at ``chunks`` (and graph_bytes, with ``graph_memory``
+    where it counts); {"over": limit} when the build (or the count) does not finish within
+    ``limit`` seconds (the child is stopped)."""
     context = multiprocessing.get_context("fork")  # the parent holds no threads yet
     parent, child = context.Pipe(duplex=False)
-    proc = context.Process(target=_measure, args=(case, chunks, count, scratch, child), daemon=True)
+    proc = context.Process(target=_measure, args=(case, chunks, count, scratch, child, graph_memory), daemon=True)
     proc.start()
     child.close()
     found, deadline = {}, time.monotonic() + limit
@@ -295,8 +323,10 @@ def _seconds(value) -> str:
 
 
 def build_table(results: dict, sizes, cases) -> str:
-    lines = ["| operator | input chunks | build | tasks / input chunk, raw | tasks / input chunk, scheduler |",
-             "|---|---|---|---|---|"]
+    memory = any("graph_bytes" in got for got in results.values())  # --graph-memory
+    lines = ["| operator | input chunks | build | tasks / input chunk, raw | tasks / input chunk, scheduler |"
+             + (" graph bytes / input chunk (per task) |" if memory else ""),
+             "|---|---|---|---|---|" + ("---|" if memory else "")]
     for case in [COPY["x"], COPY["src"], *cases]:
         per_chunk = None  # the last counted size's, for the sizes not counted
         for size in sizes:
@@ -317,7 +347,9 @@ def build_table(results: dict, sizes, cases) -> str:
                 sched = f"{per_chunk:.2f}*" + (" (r)" if got.get("zarr_rechunk") else "")
             else:
                 sched = "-"
-            lines.append(f"| {case.name} | {n:,} | {build} | {raw} | {sched} |")
+            held = got.get("graph_bytes")
+            held = f"{held / n:,.0f} ({held / got['scheduler']:,.0f}) |" if held is not None else "- |"
+            lines.append(f"| {case.name} | {n:,} | {build} | {raw} | {sched} |" + (f" {held}" if memory else ""))
     return "\n".join(lines)
 
 
@@ -393,6 +425,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-cluster-chunks", type=float, default=2e5)
     parser.add_argument("--max-count-chunks", type=float, default=2e5,
                         help="count scheduler tasks up to this size (the count materialises the graph)")
+    parser.add_argument("--graph-memory", action="store_true",
+                        help="where tasks are counted, also trace the bytes the made graph holds (slower counts)")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per operator and size")
     parser.add_argument("--repeat", type=int, default=2, help="end-to-end runs of each case (the best counts)")
     parser.add_argument("--no-record", action="store_true", help="print only")
@@ -424,7 +458,8 @@ def measure_all(args, sizes, cases, needed_copies, cluster_sizes):
         work = Path(tmp)
         for size in sizes:
             for case in needed_copies + cases:
-                got = measure(case, size, size <= args.max_count_chunks, args.time_limit, str(work / "scratch"))
+                got = measure(case, size, size <= args.max_count_chunks, args.time_limit, str(work / "scratch"),
+                              args.graph_memory)
                 results[case.name, size] = got
                 print(f"  build {case.name} @ {input_chunks(case, size):,}: {got}", flush=True)
         if not args.no_cluster and cluster_sizes:
