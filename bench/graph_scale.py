@@ -166,20 +166,22 @@ def scheduler_tasks(result: da.Array) -> int:
     return len(dict(optimised.__dask_graph__()))
 
 
-def scheduler_tasks_and_bytes(result: da.Array) -> tuple[int, int]:
-    """``scheduler_tasks`` and the bytes that the materialised tasks hold in this process (traced
-    allocations still held once the graph is optimised and made: the tasks, their arguments and
-    their dependency sets). The scheduler holds the same task objects, one per task."""
+def scheduler_tasks_and_bytes(holder: list) -> tuple[int, int]:
+    """``scheduler_tasks`` of the result in ``holder`` (taken out of it) and the bytes that the
+    made tasks hold in this process: allocations traced while the graph is optimised and made
+    and still held once the collections are dropped (what their layers cached is not counted),
+    i.e. the tasks, their arguments and their dependency sets. The scheduler holds the same
+    task objects, one per task."""
     import gc
     import tracemalloc
 
-    stored = fusing(stored_graph(result, zarr.storage.MemoryStore()))
+    stored = fusing(stored_graph(holder.pop(), zarr.storage.MemoryStore()))
     gc.collect()
     tracemalloc.start()
     try:
         (optimised,) = dask.optimize(stored)
         graph = dict(optimised.__dask_graph__())
-        del optimised
+        del optimised, stored
         gc.collect()
         held, _ = tracemalloc.get_traced_memory()
     finally:
@@ -203,7 +205,9 @@ def _measure(case: Case, chunks: int, count: bool, scratch: str, pipe, graph_mem
         # materialise them (and run past the limit, then "-").
         pipe.send({"raw": len(result.__dask_graph__()), "zarr_rechunk": not regular})
         if count and graph_memory:
-            tasks, held = scheduler_tasks_and_bytes(result)
+            holder = [result]
+            del result  # so that what its layers cache is freed before the bytes are read
+            tasks, held = scheduler_tasks_and_bytes(holder)
             pipe.send({"graph_bytes": held, "scheduler": tasks})
         else:
             pipe.send({"scheduler": scheduler_tasks(result) if count else None})
