@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import Processes, cpu_seconds, machine, record_section
-from bench.out_of_core import CODEC, SEED, Cluster, _float_block, _int_block
+from bench.out_of_core import CODEC, SEED, Cluster, _float_block, _int_block, _top
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB = 2**30
@@ -237,10 +237,18 @@ def measure(names: list[str], repeat: int, gib: float = 3.0, progress: bool = Fa
             out = work / "out.zarr"
 
             def run(kind: str, argv: list[str], row: dict) -> None:
+                since = cluster.reset_peaks()
                 seconds, scheduler = timed(argv, procs, env)
                 shutil.rmtree(out, ignore_errors=True)
                 row[kind].append(seconds)
                 row[f"{kind}_scheduler"] = min(row.get(f"{kind}_scheduler", scheduler), scheduler)
+                # A worker killed for its memory is restarted by its nanny and the run still
+                # succeeds, slower: each run's restarts and the workers' highest RSS are shown.
+                row["peak"] = max(row.get("peak", 0), _top({"peaks": cluster.peaks(since)}))
+                restarts = cluster.restarts()
+                row["restarts"] = row.get("restarts", 0) + len(restarts)
+                if restarts:
+                    log(f"{row['name']} ({kind}): {'; '.join(restarts)}")
 
             copies = {}
 
@@ -292,7 +300,8 @@ def table(rows: list[dict]) -> str:
     bar = any("cli_progress" in r for r in rows)
     head = ("| run | copy | library | cli | copy / library | copy / cli | library / cli "
             + ("| cli with bar | library / cli with bar " if bar else "")
-            + f"| scheduler CPU s: library / cli{' / cli with bar' if bar else ''} | tasks: library / cli |")
+            + f"| scheduler CPU s: library / cli{' / cli with bar' if bar else ''} | tasks: library / cli "
+            + "| worker peak RSS (MiB) | worker restarts |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
 
     def times(values):
@@ -300,14 +309,15 @@ def table(rows: list[dict]) -> str:
 
     for r in rows:
         if r["library"] is None:
-            lines.append(f"| {r['label']} | {times(r['copy'])} |" + " - |" * (head.count("|") - 3))
+            lines.append(f"| {r['label']} | {times(r['copy'])} |" + " - |" * (head.count("|") - 5)
+                         + f" {r['peak'] / 2**20:.0f} | {r['restarts']} |")
             continue
         copy, lib, cli = min(r["copy"]), min(r["library"]), min(r["cli"])
         with_bar = f"| {times(r['cli_progress'])} | {lib / min(r['cli_progress']):.2f}x " if bar else ""
         scheduler = " / ".join(f"{r[k + '_scheduler']:.2f}" for k in ("library", "cli", *(("cli_progress",) if bar else ())))
         lines.append(f"| {r['label']} | {min(r['copy']):.1f} s | {times(r['library'])} | {times(r['cli'])} "
                      f"| {copy / lib:.2f}x | {copy / cli:.2f}x | {lib / cli:.2f}x {with_bar}| {scheduler} "
-                     f"| {r['tasks_library']} / {r['tasks_cli']} |")
+                     f"| {r['tasks_library']} / {r['tasks_cli']} | {r['peak'] / 2**20:.0f} | {r['restarts']} |")
     return "\n".join(lines)
 
 
@@ -346,7 +356,10 @@ def main(argv: list[str] | None = None) -> None:
             f"target is 0.85x for the command line). *library / cli*: the library path's time over the command "
             f"line's (1.0x: the command line adds nothing; the target is 0.9x). *tasks*: what each graph hands "
             f"the scheduler after Dask's optimization (the command line's as `--dry-run` counts it). *scheduler CPU*: "
-            f"the CPU seconds of the scheduler process during the run (the least over the runs)."
+            f"the CPU seconds of the scheduler process during the run (the least over the runs). *Worker peak RSS*: "
+            f"the highest of either worker's RSS over all runs of the case (its system monitor's samples and the "
+            f"kernel's high-water mark; the nanny kills a worker at 95% of 384 MiB, 365 MiB). *Worker restarts*: "
+            f"over all runs of the case (a killed worker is restarted and the run goes on, slower)."
         ))
 
 

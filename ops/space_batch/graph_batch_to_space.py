@@ -13,8 +13,9 @@ rows it needs of the next chunks from the task that reads them.
 Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zarr array) are
 read by the tasks themselves (``_block_reads``) instead of through the input's block tasks.
 A task reads the P chunks that feed P output blocks and makes those (a bundle, while P
-chunks fit in half of ``array.chunk-size``); otherwise each output block reads its 1/P of
-one chunk of each group (P decodes or downloads of a chunk, nothing held).
+chunks fit in half of ``array.chunk-size``; while only k of 2..P-1 fit, it reads them P/k
+times, making k blocks each time); otherwise each output block reads its 1/P of one chunk of
+each group (P decodes or downloads of a chunk, nothing held).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class _BatchToSpacePlan:
     token: str
     shifted: list | None  #: ``_shifted_rows`` of each spatial axis, if the output is counted from the first kept row
     shifted_chunks: tuple | None  #: the output chunks of ``shifted``
+    #: how many output blocks a bundle makes from one read of its P chunks: as many as fit in
+    #: half of Dask's chunk size (each holds a chunk's worth), at most P
+    bundle_blocks: int
 
     @classmethod
     def of(cls, x: da.Array, block_shape, crops, out_shape) -> _BatchToSpacePlan:
@@ -124,8 +128,10 @@ class _BatchToSpacePlan:
         if shifted is not None:
             shifted_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
                               *out_chunks[1 + m :])
+        # Decided here, with the configuration of the call: the tasks are made later.
+        bundle_blocks = min(math.prod(block_shape), _chunks.target_bytes() // 2 // max(1, _largest_block_bytes(x)))
         return cls(x, block_shape, source, pieces, in_chunks, kept, out_chunks, local_crops, token, shifted,
-                   shifted_chunks)
+                   shifted_chunks, bundle_blocks)
 
     @property
     def name(self) -> str:
@@ -168,8 +174,8 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
 
     With the batch axis in one chunk: shifted blocks when the output is counted from the
     first kept row, else a blockwise map when every input block is kept, else a task per
-    block. With it chunked: bundles when x's source is read and P chunks fit in half of
-    Dask's chunk size (shifted bundles when the output is counted from the first kept row),
+    block. With it chunked: bundles when x's source is read and two chunks (P, if fewer) fit
+    in half of Dask's chunk size (shifted bundles when the output is counted from the first kept row),
     else a task per block reading one block of each group.
     """
     if plan.single and plan.unsplit and plan.shifted is not None:
@@ -181,10 +187,13 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     # Each output block reads a part of P source chunks (one per group), and each of those
     # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
     # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
-    # once and makes its P output blocks.
+    # once and makes its P output blocks. When only k of them fit (2 <= k < P), the task
+    # reads the P chunks P/k times, making k blocks from each read: on small workers
+    # (384 MiB) and 32 MiB chunks, holding all P chunks' worth beside a read's buffers
+    # gets the worker killed, and k = 2 decodes each chunk twice instead of P times.
     # A worker holds up to two bundles when the scheduler queues a second root task on it
     # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0, one: deploy/README.md).
-    bundled = plan.source is not None and plan.groups * _largest_block_bytes(plan.x) <= _chunks.target_bytes() // 2
+    bundled = plan.source is not None and plan.bundle_blocks >= min(2, plan.groups)
     if bundled and plan.shifted is not None:
         return _batch_to_space_shifted_tasks
     if bundled:
@@ -231,6 +240,7 @@ def _batch_to_space_bundles_tasks(plan: _BatchToSpacePlan) -> dict:
     """A task per set of P source chunks (a bundle) reads each once and makes the output
     blocks they feed; an output block is its bundle's result at its position."""
     bundle_name = f"batch_to_space_nd-bundle-{plan.token}"
+    per_pass = _per_pass(plan)
     bundles: dict[tuple, list] = {}  # source chunks -> (output index, crops, parts) of each output block
     for index, spatial, block_crops in _output_blocks(plan):
         in_blocks = _group_blocks(plan, index, spatial)
@@ -246,7 +256,7 @@ def _batch_to_space_bundles_tasks(plan: _BatchToSpacePlan) -> dict:
         # the bundle one at a time.
         reads = [list(plan.source.read(b)) for b in unique]
         bundle = [(crops, parts) for _, crops, parts in outputs]
-        layer[key] = (_batch_to_space_bundle, reads, static(bundle), static(list(plan.block_shape)))
+        layer[key] = (_batch_to_space_bundle, reads, static(bundle), static(list(plan.block_shape)), per_pass)
         for position, (index, _, _) in enumerate(outputs):
             layer[(plan.name, *index)] = (operator.getitem, key, position)
     return layer
@@ -328,10 +338,11 @@ def _batch_to_space_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     numbers = {unique: number for number, unique in enumerate(bundles)}
     # Small bundles: a joined block cuts its parts out of the bundles' whole results itself.
     whole = taken_whole(groups * _largest_block_bytes(x))
+    per_pass = _per_pass(plan)
     for unique, bundle in bundles.items():
         key = (bundle_name, numbers[unique])
         layer[key] = (_batch_to_space_bundle, [list(source.read(b)) for b in unique], static(bundle),
-                      static(list(plan.block_shape)))
+                      static(list(plan.block_shape)), per_pass)
     for index, (made, origins, rows, crops) in outputs.items():
         picks = [(operator.getitem, (bundle_name, numbers[unique]), position) for unique, position in made]
         if len(picks) == 1:
@@ -361,6 +372,11 @@ def _output_blocks(plan: _BatchToSpacePlan):
         yield index, spatial, [plan.local_crops[i][index[1 + i]] for i in range(m)]
 
 
+def _per_pass(plan: _BatchToSpacePlan) -> int | None:
+    """The whole output blocks a bundle makes from one read of its chunks (None: all)."""
+    return None if plan.bundle_blocks >= plan.groups else plan.bundle_blocks
+
+
 def _group_blocks(plan: _BatchToSpacePlan, index, spatial) -> list[tuple]:
     """The input blocks output block ``index`` reads with the batch axis chunked: the same
     block of each of the P groups."""
@@ -370,7 +386,7 @@ def _group_blocks(plan: _BatchToSpacePlan, index, spatial) -> list[tuple]:
 
 
 @_fused_stores.streams(_batch_to_space_bundle_blocks)
-def _batch_to_space_bundle(reads, outputs, block_shape):
+def _batch_to_space_bundle(reads, outputs, block_shape, per_pass=None):
     """The output blocks fed by one bundle of source chunks, as a tuple. In a store graph
     (``ops.fusing_stores``) the bundle writes each block as it makes it instead."""
-    return tuple(_batch_to_space_bundle_blocks(reads, outputs, block_shape))
+    return tuple(_batch_to_space_bundle_blocks(reads, outputs, block_shape, per_pass))

@@ -223,23 +223,52 @@ def _batch_to_space_local(block, block_shape, local_crops, block_id=None):
     return batch_to_space_nd_kernel(block, block_shape, crops)
 
 
-def _batch_to_space_bundle_blocks(reads, outputs, block_shape):
+def _batch_to_space_bundle_blocks(reads, outputs, block_shape, per_pass=None):
     """The output blocks fed by one bundle of source chunks, one at a time.
 
     ``reads`` are ``[getter, source, slices, *extra]`` (one chunk each); ``outputs`` are
     ``(crops, parts)`` with one ``(chunk position in reads, slices)`` part per group. An output
     with crops None is its parts themselves, as a list (the rows of a block that also takes
-    rows of other bundles' chunks: ``_batch_to_space_joined``).
+    rows of other bundles' chunks: ``_batch_to_space_joined``). ``per_pass``: how many whole
+    output blocks are made from one read of the chunks (None: all of them); the chunks are
+    read again for the next ones.
     """
-    # Every chunk feeds every output block, so all P chunks' worth is held at once. Each
+    for first, stop in _bundle_passes(outputs, per_pass):
+        yield from _bundle_pass(reads, outputs[first:stop], block_shape)
+
+
+def _bundle_passes(outputs, per_pass):
+    """(first, stop) of each run of ``outputs`` made from one read of the chunks: at most
+    ``per_pass`` whole blocks each; the parts of joined blocks (crops None, a few rows) join
+    the run they fall in. Runs are contiguous, so the blocks come out in ``outputs``' order."""
+    if per_pass is None:
+        return [(0, len(outputs))]
+    runs, first, whole = [], 0, 0
+    for position, (crops, _) in enumerate(outputs):
+        if crops is None:
+            continue
+        if whole == per_pass:
+            runs.append((first, position))
+            first, whole = position, 0
+        whole += 1
+    runs.append((first, len(outputs)))
+    return runs
+
+
+def _bundle_pass(reads, outputs, block_shape):
+    """The blocks of ``outputs`` (as ``_batch_to_space_bundle_blocks``'), from one read of the
+    chunks they take."""
+    # Every chunk feeds every output block, so all their chunks' worth is held at once. Each
     # chunk, once read, is cut into the parts the output blocks take (copies) and dropped;
-    # then each output block is made from its parts and they are dropped. At most P chunks'
-    # worth plus one read's buffers, or plus one output block, are held. (Scattering each
-    # chunk straight into the output blocks would touch every 2 MiB page of them with the
-    # first group, every other row being that group's, so all P outputs would be held beside
-    # all P chunks; with 4 KiB pages instead, the page faults cost more than these copies.)
+    # then each output block is made from its parts and they are dropped. At most that worth
+    # plus one read's buffers, or plus one output block, are held. (Scattering each chunk
+    # straight into the output blocks would touch every 2 MiB page of them with the first
+    # group, every other row being that group's, so all outputs would be held beside all
+    # chunks; with 4 KiB pages instead, the page faults cost more than these copies.)
     parts_of = [[None] * len(parts) for _, parts in outputs]
-    for position, (func, source, slices, *extra) in enumerate(reads):
+    taken = sorted({k for _, parts in outputs for k, _ in parts})
+    for position in taken:
+        func, source, slices, *extra = reads[position]
         chunk = func(source, slices, *extra)
         for held, (_, parts) in zip(parts_of, outputs):
             for j, (k, piece) in enumerate(parts):

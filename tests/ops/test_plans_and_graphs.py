@@ -3,6 +3,7 @@ which input blocks each output block reads, and that graphs grow linearly with b
 
 from __future__ import annotations
 
+import collections
 import itertools
 import operator
 from unittest import mock
@@ -506,18 +507,72 @@ def test_batch_to_space_bundles_crop_on_two_chunked_axes():
     assert len(parts) > len(joined)
 
 
+class _CountingStore(zarr.storage.MemoryStore):
+    """A memory store counting the reads of each chunk (``reads``: key -> count)."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = collections.Counter()
+
+    async def get(self, key, prototype=None, byte_range=None):
+        if key.startswith("c/"):
+            self.reads[key] += 1
+        return await super().get(key, prototype, byte_range)
+
+
+def _counted_zarr_of(values: np.ndarray, chunks) -> tuple[da.Array, _CountingStore]:
+    """``values`` in a Zarr array of ``chunks`` in a counting store, read by Dask; the reads
+    of its chunks are counted from here on."""
+    store = _CountingStore()
+    z = zarr.create_array(store, shape=values.shape, chunks=chunks, dtype=values.dtype)
+    z[:] = values
+    x = da.from_zarr(z)
+    store.reads.clear()
+    return x, store
+
+
 def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():
-    # Four 256-byte chunks (float32 [1, 4, 8, 2]) are 1 KiB: over a 1 KiB array.chunk-size's
-    # half, each output block reads its quarter of 4 chunks from the source in its own task.
-    x = _zarr_zeros((4, 16, 8, 2), (1, 4, 8, 2))
-    with dask.config.set({"array.chunk-size": "1KiB"}):
-        y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
-    assert not _layer_reads(y, "-bundle-")
-    reads = _layer_reads(y, "batch_to_space")
-    assert len(reads) == y.npartitions and all(len(r) == 4 for r in reads.values())
-    assert all(r[2][1].stop - r[2][1].start == 1 for rs in reads.values() for r in rs)  # a quarter
-    with dask.config.set({"array.chunk-size": "2KiB"}):
-        assert _layer_reads(ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]]), "-bundle-")
+    # Four 256-byte chunks (float32 [1, 4, 8, 2]), one per group, feed four 256-byte output
+    # blocks. With a 512-byte chunk size (its half holds one block) each output block reads
+    # its quarter of the 4 chunks in its own task: every chunk is decoded 4 times. At 1 KiB
+    # (two blocks) a bundle reads its 4 chunks twice, making two blocks from each read; at
+    # 2 KiB (four) once.
+    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    expected = ops.batch_to_space_nd(values, [2, 2], [[0, 0], [0, 0]])
+    for size, reads_per_chunk in (("512B", 4), ("1KiB", 2), ("2KiB", 1)):
+        x, store = _counted_zarr_of(values, (1, 4, 8, 2))
+        with dask.config.set({"array.chunk-size": size}):
+            y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+        bundles = _layer_reads(y, "-bundle-")
+        if reads_per_chunk == 4:
+            assert not bundles
+            reads = _layer_reads(y, "batch_to_space")
+            assert len(reads) == y.npartitions and all(len(r) == 4 for r in reads.values())
+            assert all(r[2][1].stop - r[2][1].start == 1 for rs in reads.values() for r in rs)  # a quarter
+        else:
+            assert len(bundles) == 4 and all(len(r) == 4 for r in bundles.values())
+        assert_same(compute(y), expected)
+        assert len(store.reads) == x.npartitions == 16
+        assert set(store.reads.values()) == {reads_per_chunk}, (size, store.reads)
+
+
+def test_batch_to_space_cropped_bundles_read_twice_what_fits_twice():
+    # Cropped, both spatial axes chunked (blocks counted from the first kept row, some joined
+    # from parts of two bundles): with room for two of a bundle's output blocks, no chunk is
+    # read more than twice, some are read twice, and the result is the kernel's. With room
+    # for all four, every chunk is read once.
+    values = np.arange(4 * 16 * 16 * 2, dtype=np.float32).reshape(4, 16, 16, 2)
+    crops = [[1, 1], [1, 1]]
+    expected = ops.batch_to_space_nd(values, [2, 2], crops)
+    for size, most in (("512B", 2), ("1KiB", 1)):
+        x, store = _counted_zarr_of(values, (1, 4, 4, 2))  # 128-byte chunks
+        with dask.config.set({"array.chunk-size": size}):
+            y = ops.batch_to_space_nd(x, [2, 2], crops)
+        assert y.chunks[1:3] == ((2,) * 15, (8, 8, 8, 6))
+        assert _layer_reads(y, "-bundle-")
+        assert_same(compute(y), expected)
+        assert len(store.reads) == x.npartitions
+        assert max(store.reads.values()) == most, (size, store.reads)
 
 
 def test_space_to_batch_from_zarr_reads_each_block_once():
