@@ -233,6 +233,7 @@ def measure(names: list[str], repeat: int, gib: float = 3.0, progress: bool = Fa
             # Fresh workers: writing the inputs leaves them near their memory limit for a while,
             # which slowed whatever ran first.
             cluster.client.restart(timeout=120)
+            cluster.restarts()  # that restart is not a run's
             env = {"SCALE": json.dumps(deq_scale())}
             out = work / "out.zarr"
 

@@ -13,9 +13,10 @@ rows it needs of the next chunks from the task that reads them.
 Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zarr array) are
 read by the tasks themselves (``_block_reads``) instead of through the input's block tasks.
 A task reads the P chunks that feed P output blocks and makes those (a bundle, while P
-chunks fit in half of ``array.chunk-size``; while only k of 2..P-1 fit, it reads them P/k
-times, making k blocks each time); otherwise each output block reads its 1/P of one chunk of
-each group (P decodes or downloads of a chunk, nothing held).
+chunks' worth and a read's and a write's buffers fit in ``array.chunk-size``; while only k of
+2..P-1 do, it reads its chunks P/k times, making k blocks each time); otherwise each output
+block reads its 1/P of one chunk of each group (P decodes or downloads of a chunk, nothing
+held).
 """
 
 from __future__ import annotations
@@ -82,8 +83,7 @@ class _BatchToSpacePlan:
     token: str
     shifted: list | None  #: ``_shifted_rows`` of each spatial axis, if the output is counted from the first kept row
     shifted_chunks: tuple | None  #: the output chunks of ``shifted``
-    #: how many output blocks a bundle makes from one read of its P chunks: as many as fit in
-    #: half of Dask's chunk size (each holds a chunk's worth), at most P
+    #: how many output blocks a bundle makes from one read of its P chunks (``_bundle_blocks``)
     bundle_blocks: int
 
     @classmethod
@@ -129,7 +129,7 @@ class _BatchToSpacePlan:
             shifted_chunks = (out_chunks[0], *(_shifted_chunks(rows, b) for rows, b in zip(shifted, block_shape)),
                               *out_chunks[1 + m :])
         # Decided here, with the configuration of the call: the tasks are made later.
-        bundle_blocks = min(math.prod(block_shape), _chunks.target_bytes() // 2 // max(1, _largest_block_bytes(x)))
+        bundle_blocks = _bundle_blocks(math.prod(block_shape), _largest_block_bytes(x))
         return cls(x, block_shape, source, pieces, in_chunks, kept, out_chunks, local_crops, token, shifted,
                    shifted_chunks, bundle_blocks)
 
@@ -169,14 +169,29 @@ class _BatchToSpacePlan:
         return (operator.getitem, (self.x.name, *old), local)
 
 
+#: Chunks' worth a bundle holds beside the parts of its output blocks, at its peak: a Zarr
+#: read of a chunk holds about three (the compressed bytes, the decoded chunk, the copy it
+#: returns) and the write of a block about one more.
+_BUNDLE_OVERHEAD_CHUNKS = 4
+
+
+def _bundle_blocks(groups: int, chunk_bytes: int) -> int:
+    """How many of its P output blocks a bundle of P chunks of ``chunk_bytes`` makes from one
+    read of them: as many as fit in Dask's chunk size, each block's parts a chunk's worth, with
+    a read's and a write's buffers beside them; at most P (0: not even one)."""
+    fits = _chunks.target_bytes() // max(1, chunk_bytes) - _BUNDLE_OVERHEAD_CHUNKS
+    return max(0, min(groups, fits))
+
+
 def _choose_batch_to_space(plan: _BatchToSpacePlan):
     """The strategy for BatchToSpaceND of ``plan``.
 
     With the batch axis in one chunk: shifted blocks when the output is counted from the
     first kept row, else a blockwise map when every input block is kept, else a task per
-    block. With it chunked: bundles when x's source is read and two chunks (P, if fewer) fit
-    in half of Dask's chunk size (shifted bundles when the output is counted from the first kept row),
-    else a task per block reading one block of each group.
+    block. With it chunked: bundles when x's source is read and a bundle makes at least two
+    of its output blocks from one read of its chunks (``_bundle_blocks``; with P = 1, always)
+    (shifted bundles when the output is counted from the first kept row), else a task per
+    block reading one block of each group.
     """
     if plan.single and plan.unsplit and plan.shifted is not None:
         return _batch_to_space_single_shifted_tasks
@@ -186,14 +201,16 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
         return _batch_to_space_single_tasks
     # Each output block reads a part of P source chunks (one per group), and each of those
     # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
-    # when P chunks fit in half of Dask's chunk size, one task per set of P chunks reads each
-    # once and makes its P output blocks. When only k of them fit (2 <= k < P), the task
-    # reads the P chunks P/k times, making k blocks from each read: on small workers
-    # (384 MiB) and 32 MiB chunks, holding all P chunks' worth beside a read's buffers
-    # gets the worker killed, and k = 2 decodes each chunk twice instead of P times.
+    # one task per set of P chunks reads each once and makes its P output blocks, holding
+    # P chunks' worth of parts. Where only k of them fit (2 <= k < P), the task reads its
+    # chunks P/k times, making k blocks from each read. Dask's chunk size is the measure:
+    # with the default (128 MiB), four 16 MiB chunks make a bundle (a 384 MiB worker peaked
+    # at 266 MiB), and 32 MiB chunks none: two blocks per read peaked at 339-374 MiB, past
+    # the nanny's 365 MiB, and the workers were killed.
     # A worker holds up to two bundles when the scheduler queues a second root task on it
     # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0, one: deploy/README.md).
-    bundled = plan.source is not None and plan.bundle_blocks >= min(2, plan.groups)
+    # (With P = 1 a bundle is one chunk, as a task per block would read.)
+    bundled = plan.source is not None and (plan.groups == 1 or plan.bundle_blocks >= 2)
     if bundled and plan.shifted is not None:
         return _batch_to_space_shifted_tasks
     if bundled:
@@ -374,7 +391,7 @@ def _output_blocks(plan: _BatchToSpacePlan):
 
 def _per_pass(plan: _BatchToSpacePlan) -> int | None:
     """The whole output blocks a bundle makes from one read of its chunks (None: all)."""
-    return None if plan.bundle_blocks >= plan.groups else plan.bundle_blocks
+    return None if plan.bundle_blocks >= plan.groups or plan.groups == 1 else plan.bundle_blocks
 
 
 def _group_blocks(plan: _BatchToSpacePlan, index, spatial) -> list[tuple]:

@@ -533,13 +533,14 @@ def _counted_zarr_of(values: np.ndarray, chunks) -> tuple[da.Array, _CountingSto
 
 def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():
     # Four 256-byte chunks (float32 [1, 4, 8, 2]), one per group, feed four 256-byte output
-    # blocks. With a 512-byte chunk size (its half holds one block) each output block reads
-    # its quarter of the 4 chunks in its own task: every chunk is decoded 4 times. At 1 KiB
-    # (two blocks) a bundle reads its 4 chunks twice, making two blocks from each read; at
-    # 2 KiB (four) once.
+    # blocks. A bundle's peak is the parts of the blocks it makes from one read (a chunk's
+    # worth each) and about four chunks' worth of buffers. With a 1 KiB chunk size (room for
+    # the buffers alone) each output block reads its quarter of the 4 chunks in its own
+    # task: every chunk is decoded 4 times. At 1.5 KiB (two blocks) a bundle reads its 4
+    # chunks twice, making two blocks from each read; at 2 KiB (four) once.
     values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
     expected = ops.batch_to_space_nd(values, [2, 2], [[0, 0], [0, 0]])
-    for size, reads_per_chunk in (("512B", 4), ("1KiB", 2), ("2KiB", 1)):
+    for size, reads_per_chunk in (("1KiB", 4), ("1536B", 2), ("2KiB", 1)):
         x, store = _counted_zarr_of(values, (1, 4, 8, 2))
         with dask.config.set({"array.chunk-size": size}):
             y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
@@ -564,7 +565,7 @@ def test_batch_to_space_cropped_bundles_read_twice_what_fits_twice():
     values = np.arange(4 * 16 * 16 * 2, dtype=np.float32).reshape(4, 16, 16, 2)
     crops = [[1, 1], [1, 1]]
     expected = ops.batch_to_space_nd(values, [2, 2], crops)
-    for size, most in (("512B", 2), ("1KiB", 1)):
+    for size, most in (("768B", 2), ("1KiB", 1)):
         x, store = _counted_zarr_of(values, (1, 4, 4, 2))  # 128-byte chunks
         with dask.config.set({"array.chunk-size": size}):
             y = ops.batch_to_space_nd(x, [2, 2], crops)
