@@ -205,8 +205,8 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     # P chunks' worth of parts. Where only k of them fit (2 <= k < P), the task reads its
     # chunks P/k times, making k blocks from each read. Dask's chunk size is the measure:
     # with the default (128 MiB), four 16 MiB chunks make a bundle (a 384 MiB worker peaked
-    # at 266 MiB), and 32 MiB chunks none: two blocks per read peaked at 339-374 MiB, past
-    # the nanny's 365 MiB, and the workers were killed.
+    # at 266 MiB), and 32 MiB chunks none: two blocks per read peaked at 339 MiB on larger
+    # workers and got 384 MiB workers killed (the nanny's line: 365 MiB).
     # A worker holds up to two bundles when the scheduler queues a second root task on it
     # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0, one: deploy/README.md).
     # (With P = 1 a bundle is one chunk, as a task per block would read.)
