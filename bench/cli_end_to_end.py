@@ -20,8 +20,10 @@ Each case keeps the best of ``--repeat`` runs (default 2), library and command l
 turns. Reported: the times, copy / case (1.0x: as fast as the copy) and library / cli (1.0x:
 the command line adds nothing), the CPU seconds the scheduler process spent during the run
 (the least of the runs: what the client's way of submitting and waiting costs the scheduler,
-on cores the workers need), and the tasks each graph hands the scheduler after Dask's optimization (counted in this process on
-the same inputs: the library's store graph, and the command line's as ``--dry-run`` counts it).
+on cores the workers need), the tasks each graph hands the scheduler after Dask's optimization (counted in this process on
+the same inputs: the library's store graph, and the command line's as ``--dry-run`` counts it),
+and the workers' highest RSS over a case's runs and how many times their nannies restarted
+them (a worker killed for its memory comes back and the run goes on, slower).
 The table is printed and recorded in bench/RESULTS.md (``--no-record``: printed only).
 """
 

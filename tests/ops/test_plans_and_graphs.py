@@ -531,7 +531,7 @@ def _counted_zarr_of(values: np.ndarray, chunks) -> tuple[da.Array, _CountingSto
     return x, store
 
 
-def test_batch_to_space_bundles_only_what_fits_half_the_chunk_size():
+def test_batch_to_space_bundles_what_fits_the_chunk_size():
     # Four 256-byte chunks (float32 [1, 4, 8, 2]), one per group, feed four 256-byte output
     # blocks. A bundle's peak is the parts of the blocks it makes from one read (a chunk's
     # worth each) and about four chunks' worth of buffers. With a 1 KiB chunk size (room for
