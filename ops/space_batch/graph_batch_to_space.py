@@ -14,7 +14,7 @@ Inputs read straight from an array (``da.from_zarr``, ``da.from_array`` of a Zar
 read by the tasks themselves (``_block_reads``) instead of through the input's block tasks.
 A task reads the P chunks that feed P output blocks and makes those (a bundle, while P
 chunks' worth and a read's and a write's buffers fit in ``array.chunk-size``; while only k of
-2..P-1 do, it reads its chunks P/k times, making k blocks each time); otherwise each output
+2..P-1 do, it reads its chunks ceil(P/k) times, making k blocks each time); otherwise each output
 block reads its 1/P of one chunk of each group (P decodes or downloads of a chunk, nothing
 held).
 """
@@ -203,7 +203,7 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     # chunks feeds P output blocks. Reading the parts separately decodes every chunk P times;
     # one task per set of P chunks reads each once and makes its P output blocks, holding
     # P chunks' worth of parts. Where only k of them fit (2 <= k < P), the task reads its
-    # chunks P/k times, making k blocks from each read. Dask's chunk size is the measure:
+    # chunks ceil(P/k) times, making k blocks from each read. Dask's chunk size is the measure:
     # with the default (128 MiB), four 16 MiB chunks make a bundle (a 384 MiB worker peaked
     # at 266 MiB), and 32 MiB chunks none: two blocks per read peaked at 339 MiB on larger
     # workers and got 384 MiB workers killed (the nanny's line: 365 MiB).
