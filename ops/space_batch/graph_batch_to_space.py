@@ -178,7 +178,10 @@ _BUNDLE_OVERHEAD_CHUNKS = 4
 def _bundle_blocks(groups: int, chunk_bytes: int) -> int:
     """How many of its P output blocks a bundle of P chunks of ``chunk_bytes`` makes from one
     read of them: as many as fit in Dask's chunk size, each block's parts a chunk's worth, with
-    a read's and a write's buffers beside them; at most P (0: not even one)."""
+    a read's and a write's buffers beside them; at most P (0: not even one). With P = 1, one:
+    its one chunk is what a task per block would read anyway."""
+    if groups == 1:
+        return 1
     fits = _chunks.target_bytes() // max(1, chunk_bytes) - _BUNDLE_OVERHEAD_CHUNKS
     return max(0, min(groups, fits))
 
@@ -189,7 +192,7 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     With the batch axis in one chunk: shifted blocks when the output is counted from the
     first kept row, else a blockwise map when every input block is kept, else a task per
     block. With it chunked: bundles when x's source is read and a bundle makes at least two
-    of its output blocks from one read of its chunks (``_bundle_blocks``; with P = 1, always)
+    of its output blocks (P, if fewer) from one read of its chunks (``_bundle_blocks``)
     (shifted bundles when the output is counted from the first kept row), else a task per
     block reading one block of each group.
     """
@@ -209,8 +212,7 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     # workers and got 384 MiB workers killed (the nanny's line: 365 MiB).
     # A worker holds up to two bundles when the scheduler queues a second root task on it
     # (``distributed.scheduler.worker-saturation`` above 1.0; with 1.0, one: deploy/README.md).
-    # (With P = 1 a bundle is one chunk, as a task per block would read.)
-    bundled = plan.source is not None and (plan.groups == 1 or plan.bundle_blocks >= 2)
+    bundled = plan.source is not None and plan.bundle_blocks >= min(2, plan.groups)
     if bundled and plan.shifted is not None:
         return _batch_to_space_shifted_tasks
     if bundled:
@@ -391,7 +393,7 @@ def _output_blocks(plan: _BatchToSpacePlan):
 
 def _per_pass(plan: _BatchToSpacePlan) -> int | None:
     """The whole output blocks a bundle makes from one read of its chunks (None: all)."""
-    return None if plan.bundle_blocks >= plan.groups or plan.groups == 1 else plan.bundle_blocks
+    return None if plan.bundle_blocks >= plan.groups else plan.bundle_blocks
 
 
 def _group_blocks(plan: _BatchToSpacePlan, index, spatial) -> list[tuple]:
