@@ -23,6 +23,7 @@ import numpy as np
 from dask.array.core import getter, getter_inline, getter_nofancy
 from dask.blockwise import Blockwise
 from dask.core import istask
+from dask.highlevelgraph import HighLevelGraph
 from dask.layers import ArraySliceDep
 
 try:  # Dask's task objects (2024.12+); private, so a Dask without them means "no region reads"
@@ -134,6 +135,21 @@ class BlockReads:
                 for s, lo in zip(slices, local)
             )
         return (self.func, self.source, slices, *self.extra)
+
+    def whole(self):
+        """A task (legacy tuple) reading the whole array in one read, whatever its chunks."""
+        return (self.func, self.source, tuple(slice(b[0], b[-1]) for b in self.bounds), *self.extra)
+
+    def graph(self, x, name: str, layer) -> HighLevelGraph:
+        """The graph of ``layer`` (named ``name``), whose tasks read x's blocks from the source
+        themselves: on top of x's sources only (x's own block tasks are kept only if another
+        layer of x's graph uses them; else they would only be culled)."""
+        used = any(x.name in deps for deps in x.dask.dependencies.values())
+        layers = {k: v for k, v in x.dask.layers.items() if k != x.name or used}
+        dependencies = {k: set(v) for k, v in x.dask.dependencies.items() if k in layers}
+        layers[name] = layer
+        dependencies[name] = set(self.layers)
+        return HighLevelGraph(layers, dependencies)
 
     def reader(self, index):
         """A task whose value is a function of no arguments that reads block ``index``: for a

@@ -27,7 +27,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from ops import _lazy, _limits
+from ops import _block_reads, _lazy, _limits
 from ops.gather_nd import concrete, exchange, scratch_graph
 from ops.gather_nd.kernel import _gather_block, check_index_values, gather_nd_kernel
 from ops.gather_nd.plan import _block_offsets, _broadcast_limit, _graph_size
@@ -73,12 +73,33 @@ def _check_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -
     _limits.check("gather_nd", blocks, tasks, "give params and indices larger chunks (fewer blocks)")
 
 
+def _one_block(params: da.Array) -> da.Array:
+    """``params`` as one block: read whole in one task where its blocks are plain reads of a
+    source (``da.from_zarr``, ``da.from_array``), else Dask's rechunk.
+
+    Why one read rather than a rechunk of its blocks: every indices block's task takes the
+    one block, and Dask orders a graph (on the client's scheduler, or on the distributed
+    scheduler when a job is submitted) keeping, for every task, the set of the graph's roots
+    upstream of it. Behind a rechunk each indices block's task has its own set of every
+    params block's read plus its indices block: params blocks x indices blocks entries, which
+    took the scheduler to 10.5 GiB at 200,000 x 1,000 blocks. One read is one root. Params
+    computed some other way still bring their blocks' roots.
+    """
+    reads = _block_reads.BlockReads.of(params)
+    if reads is None:
+        return params.rechunk(params.shape)
+    name = f"gather_nd-params-{tokenize(params)}"
+    layer = {(name,) + (0,) * params.ndim: reads.whole()}
+    chunks = tuple((n,) for n in params.shape)
+    return da.Array(reads.graph(params, name, layer), name, chunks=chunks, meta=params._meta)
+
+
 def _build_broadcast(params, indices: da.Array, b: int, negative: bool, out_shape):
     """Lazy indices, small params: params in one block, gathered from by each indices block."""
     if isinstance(params, np.ndarray):
         params = da.from_array(params, chunks=params.shape)
     elif params.npartitions > 1:
-        params = params.rechunk(params.shape)
+        params = _one_block(params)
     c = indices.shape[-1]
     lead_chunks = indices.chunks[:-1]
     token = tokenize(params, indices, b, negative)

@@ -44,12 +44,7 @@ def _lazy_array(name: str, chunks, x: da.Array, reads, make, *args) -> da.Array:
     if reads is None:
         graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
     else:
-        used = any(x.name in deps for deps in x.dask.dependencies.values())
-        layers = {k: v for k, v in x.dask.layers.items() if k != x.name or used}
-        dependencies = {k: set(v) for k, v in x.dask.dependencies.items() if k in layers}
-        layers[name] = layer
-        dependencies[name] = set(reads.layers)
-        graph = HighLevelGraph(layers, dependencies)
+        graph = reads.graph(x, name, layer)
     return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(x.ndim, x.dtype))
 
 
