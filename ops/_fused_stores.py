@@ -287,10 +287,17 @@ def _task(key, function, dependencies):
 
 
 def _fused_key(key, stores):
-    """``key`` renamed for the task that also runs ``stores`` (deterministic, like Dask's names)."""
+    """``key`` renamed for the task that also runs ``stores`` (deterministic, like Dask's names).
+
+    A tuple key keeps one name for all the fused tasks of its layer that store into the same
+    layers, and ends with a token of its own stores. The distributed scheduler files tasks by
+    name (a task group each: a few KiB of its memory and a row of its dashboard), so a name
+    per task made a group per task; the token still keeps two fused forms of one task apart.
+    """
     token = tokenize(stores)
     if isinstance(key, tuple):
-        return (f"{key[0]}-stored-{token}", *key[1:])
+        layers = sorted({store[0] if isinstance(store, tuple) else store for store in stores})
+        return (f"{key[0]}-stored-{tokenize(key[0], layers)}", *key[1:], token)
     return f"{key}-stored-{token}"
 
 

@@ -84,6 +84,25 @@ def test_space_to_batch_windows_store_their_own_group_blocks(paddings):
     assert_same(z[...], ops.space_to_batch_nd(data, [2, 2], paddings))
 
 
+def test_fused_tasks_of_a_layer_share_one_task_group():
+    # The distributed scheduler keeps a task group per name (key_split_group): one per fused
+    # task would be 50,000 groups for a 200,000-chunk BatchToSpaceND job.
+    from distributed.utils import key_split_group
+
+    _, x = _zarr_input(shape=(4, 32, 8, 2), chunks=(1, 4, 8, 2))
+    y = ops.batch_to_space_nd(x, *B2S)
+    first, second = _target(y), _target(y, chunks=(1, 4, 16, 2))
+    with ops.fusing_stores():
+        one = _optimized_tasks(da.store(y, first, lock=False, compute=False))
+        two = _optimized_tasks(da.store(y, second, lock=False, compute=False))
+    fused_one, fused_two = stores_as_made(one), stores_as_made(two)
+    assert len(fused_one) == len(fused_two) == 8
+    assert len({key_split_group(k) for k in fused_one}) == 1
+    # Another target: other names and other keys (each is a different task).
+    assert not {key_split_group(k) for k in fused_one} & {key_split_group(k) for k in fused_two}
+    assert not set(fused_one) & set(fused_two)
+
+
 def test_fused_store_graph_computes_what_dask_stores():
     data, x = _zarr_input(shape=(8, 12, 6, 3), chunks=(1, 4, 6, 3), seed=1)
     y = ops.batch_to_space_nd(x, [2, 2], [[1, 0], [0, 1]])
