@@ -287,10 +287,31 @@ def end_to_end(case: Case, client, arrays, root: Path, limit: float, scratch: st
         shutil.rmtree(out, ignore_errors=True)
 
 
+def _reset_memory_peak() -> int:
+    """In the process it runs in (the scheduler): reset the kernel's RSS high-water mark and
+    return the RSS now, in bytes."""
+    with contextlib.suppress(OSError):  # clear_refs "5": VmHWM back to the RSS (Linux >= 4.0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    return _status_bytes("VmRSS")
+
+
+def _memory_peak() -> int:
+    """In the process it runs in: its RSS high-water mark (since ``_reset_memory_peak``), bytes."""
+    return _status_bytes("VmHWM")
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith(f"{field}:")).split()[1]) * 1024
+
+
 def run_cluster(sizes, cases, limit: float, work: Path, repeat: int) -> dict:
     """{(case name, chunks): best seconds or "over N s"}, copies included, on one cluster; each
     case runs ``repeat`` times in rounds (copies first in each), so a slow moment of the shared
-    machine does not land on one case only."""
+    machine does not land on one case only. Also {(case name, chunks, "scheduler"): (RSS before,
+    peak RSS)} of the scheduler process in bytes, over the case's runs: what a job's graph
+    costs the scheduler (its ordering, its task states) shows there, not in the workers."""
     from bench.out_of_core import Cluster
 
     times = {}
@@ -305,11 +326,16 @@ def run_cluster(sizes, cases, limit: float, work: Path, repeat: int) -> dict:
                 for case in [COPY[name] for name in COPY if name in needed] + cases:
                     if isinstance(times.get((case.name, chunks)), str):
                         continue  # over the limit in the first round: not again
+                    before = cluster.client.run_on_scheduler(_reset_memory_peak)
                     took = end_to_end(case, cluster.client, arrays, root, limit, str(work / "scratch"))
+                    peak = cluster.client.run_on_scheduler(_memory_peak)
                     best = times.get((case.name, chunks))
                     if best is None or (not isinstance(took, str) and took < best):
                         times[case.name, chunks] = took  # a time past the limit only when no run finished
-                    print(f"  cluster {case.name} @ {chunks}: {_seconds(took)}", flush=True)
+                    first_before, highest = times.get((case.name, chunks, "scheduler"), (before, 0))
+                    times[case.name, chunks, "scheduler"] = (first_before, max(highest, peak))
+                    print(f"  cluster {case.name} @ {chunks}: {_seconds(took)}; scheduler "
+                          f"{before // 2**20} -> {peak // 2**20} MiB", flush=True)
             shutil.rmtree(root, ignore_errors=True)
         cluster.close()
     finally:
@@ -358,8 +384,9 @@ def build_table(results: dict, sizes, cases) -> str:
 
 
 def cluster_table(times: dict, sizes, cases) -> str:
-    lines = ["| operator | input chunks | copy | operator | copy chunks/s | operator chunks/s | op / copy |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| operator | input chunks | copy | operator | copy chunks/s | operator chunks/s | op / copy "
+             "| scheduler MiB, copy | scheduler MiB, operator |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for case in cases:
         for size in sizes:
             if (case.name, size) not in times:
@@ -372,8 +399,14 @@ def cluster_table(times: dict, sizes, cases) -> str:
             ratio = (f"{(n / t_op) / (n_copy / t_copy):.2f}x"
                      if not isinstance(t_op, str) and not isinstance(t_copy, str) else "-")
             lines.append(f"| {case.name} | {n:,} | {_seconds(t_copy)} | {_seconds(t_op)} | {rate_copy} | {rate_op} "
-                         f"| {ratio} |")
+                         f"| {ratio} | {_memory(times, copy, size)} | {_memory(times, case, size)} |")
     return "\n".join(lines)
+
+
+def _memory(times: dict, case: Case, size: int) -> str:
+    """The scheduler's RSS before the case's first run -> its peak over the case's runs."""
+    got = times.get((case.name, size, "scheduler"))
+    return f"{got[0] / 2**20:,.0f} -> {got[1] / 2**20:,.0f}" if got else "-"
 
 
 def plot(results: dict, sizes, cases, path: Path) -> bool:
@@ -490,9 +523,14 @@ def parse_log(text: str, sizes, cases) -> tuple[dict, dict]:
             chunks = int(build.group(2).replace(",", ""))
             size = next(s for s in sizes if input_chunks(case, s) == chunks)
             results[case.name, size] = ast.literal_eval(build.group(3))
-        run = re.match(r"  cluster (.+) @ (\d+): (over .*|([\d.]+) (ms|s))$", line)
+        run = re.match(r"  cluster (.+) @ (\d+): (over [^;]*|([\d.]+) (ms|s))(?:; scheduler (\d+) -> (\d+) MiB)?$",
+                       line)
         if run:
             key = (run.group(1), int(run.group(2)))
+            if run.group(6) is not None:
+                before, peak = int(run.group(6)) * 2**20, int(run.group(7)) * 2**20
+                first_before, highest = times.get((*key, "scheduler"), (before, 0))
+                times[(*key, "scheduler")] = (first_before, max(highest, peak))
             took = run.group(3) if run.group(4) is None else float(run.group(4)) / (1e3 if run.group(5) == "ms" else 1)
             best = times.get(key)
             if best is None or (not isinstance(took, str) and (isinstance(best, str) or took < best)):
@@ -518,7 +556,9 @@ def report(args, sizes, cases, results, times, cluster_sizes, cluster_error) -> 
         print("\n" + ctable)
         body += (f"\nEnd to end (build + run) on `dask scheduler` + 2 x `dask worker --nthreads 1` on 127.0.0.1, "
                  f"Zarr v3 on local disk to Zarr, against a plain Zarr copy of the same input on the same "
-                 f"cluster, in input chunks per second (best of {args.repeat} rounds):\n\n{ctable}\n")
+                 f"cluster, in input chunks per second (best of {args.repeat} rounds), and the scheduler process's "
+                 f"memory (RSS before the first run -> peak over the runs; memory it freed is not always "
+                 f"given back to the system, so a case can start where the one before ended):\n\n{ctable}\n")
     elif cluster_error:
         body += f"\nEnd to end: failed ({cluster_error}).\n"
     elif not args.no_cluster:
