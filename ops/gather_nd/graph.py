@@ -9,8 +9,8 @@ Plans, by what is lazy:
 - Lazy (Dask) indices, output chunked like the indices' leading dims; index values are checked
   when computed, with the same IndexError:
   * params up to a quarter of ``dask.config["array.chunk-size"]``, or NumPy params
-    (``_build_broadcast``): params as one block, read by every indices block (a cluster sends
-    it once to each worker);
+    (``_build_broadcast``): params as one block (read whole by one task when it is stored,
+    ``_one_block``), read by every indices block (a cluster sends it once to each worker);
   * larger Dask params with a scratch store set (``ops.scratch``): the exchange goes through
     files (``scratch_graph._build_scratch``);
   * larger Dask params without one (``exchange._build_exchange``): the same exchange inside
