@@ -56,9 +56,10 @@ def test_ctrl_c_during_a_run_ends_in_one_line(tmp_path):
 
     import zarr
 
-    # 1 GiB of a stored fill value: nothing on disk to read, seconds of work to interrupt (on a
-    # loaded machine half of it took 1.4 s from the bar's first line, and the run ended first)
-    zarr.create_array(str(tmp_path / "in.zarr"), shape=(64, 512, 512, 16), chunks=(1, 256, 256, 16),
+    # 4 GiB of a stored fill value: nothing on disk to read, seconds of work to interrupt. With
+    # 1 GiB a run under a loaded full test suite finished before the signal came (exit 0, its
+    # bar at 100%: the test process had waited its turn for a core); with 512 MiB it did too.
+    zarr.create_array(str(tmp_path / "in.zarr"), shape=(256, 512, 512, 16), chunks=(1, 256, 256, 16),
                       dtype="float32", fill_value=1.0)
     script = Path(sys.executable).parent / "chunked-tensor-ops"
     run = subprocess.Popen([str(script), "run", "depth_to_space", "--input", str(tmp_path / "in.zarr"), "--param",
