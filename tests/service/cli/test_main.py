@@ -46,6 +46,17 @@ def test_console_script_and_module_share_the_flags():
     assert "CHUNKED_TENSOR_OPS_SCHEDULER" in as_module.stdout
 
 
+def _sigint_as_in_a_terminal():
+    """In the child before it starts: SIGINT's default action, as a terminal's shell gives it.
+    A process started with SIGINT ignored keeps it ignored (Python too), and the tests may run
+    with it ignored: a shell without job control starts a command put in the background
+    (``make test &``, ``nohup ... &``) so, and its children inherit it. The run then went on
+    to its end and exited 0."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_run_ends_in_one_line(tmp_path):
     """Ctrl-C reaches every process of the terminal's foreground group: the run's own and its
     embedded cluster's workers, which each printed a traceback (30 lines and more) after the
@@ -56,15 +67,15 @@ def test_ctrl_c_during_a_run_ends_in_one_line(tmp_path):
 
     import zarr
 
-    # 4 GiB of a stored fill value: nothing on disk to read, seconds of work to interrupt. With
-    # 1 GiB a run under a loaded full test suite finished before the signal came (exit 0, its
-    # bar at 100%: the test process had waited its turn for a core); with 512 MiB it did too.
-    zarr.create_array(str(tmp_path / "in.zarr"), shape=(256, 512, 512, 16), chunks=(1, 256, 256, 16),
+    # 1 GiB of a stored fill value: nothing on disk to read, seconds of work to interrupt (on a
+    # loaded machine half of it took 1.4 s from the bar's first line, and the run ended first)
+    zarr.create_array(str(tmp_path / "in.zarr"), shape=(64, 512, 512, 16), chunks=(1, 256, 256, 16),
                       dtype="float32", fill_value=1.0)
     script = Path(sys.executable).parent / "chunked-tensor-ops"
     run = subprocess.Popen([str(script), "run", "depth_to_space", "--input", str(tmp_path / "in.zarr"), "--param",
                             "block_size=2", "--output", str(tmp_path / "out.zarr"), "--n-workers", "2"],
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+                           stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           preexec_fn=_sigint_as_in_a_terminal)
     try:
         first = run.stderr.readline()  # the progress bar's first line: the workers are computing
         assert "%" in first or "tasks" in first, first
