@@ -306,6 +306,13 @@ def _status_bytes(field: str) -> int:
         return int(next(line for line in f if line.startswith(f"{field}:")).split()[1]) * 1024
 
 
+def _add_scheduler_memory(times: dict, key: tuple, before: int, peak: int) -> None:
+    """One run's scheduler RSS (before, peak) into ``times[(*key, "scheduler")]``: the RSS
+    before the case's first run and the highest peak of its runs."""
+    first_before, highest = times.get((*key, "scheduler"), (before, 0))
+    times[(*key, "scheduler")] = (first_before, max(highest, peak))
+
+
 def run_cluster(sizes, cases, limit: float, work: Path, repeat: int) -> dict:
     """{(case name, chunks): best seconds or "over N s"}, copies included, on one cluster; each
     case runs ``repeat`` times in rounds (copies first in each), so a slow moment of the shared
@@ -332,8 +339,7 @@ def run_cluster(sizes, cases, limit: float, work: Path, repeat: int) -> dict:
                     best = times.get((case.name, chunks))
                     if best is None or (not isinstance(took, str) and took < best):
                         times[case.name, chunks] = took  # a time past the limit only when no run finished
-                    first_before, highest = times.get((case.name, chunks, "scheduler"), (before, 0))
-                    times[case.name, chunks, "scheduler"] = (first_before, max(highest, peak))
+                    _add_scheduler_memory(times, (case.name, chunks), before, peak)
                     print(f"  cluster {case.name} @ {chunks}: {_seconds(took)}; scheduler "
                           f"{before // 2**20} -> {peak // 2**20} MiB", flush=True)
             shutil.rmtree(root, ignore_errors=True)
@@ -528,9 +534,7 @@ def parse_log(text: str, sizes, cases) -> tuple[dict, dict]:
         if run:
             key = (run.group(1), int(run.group(2)))
             if run.group(6) is not None:
-                before, peak = int(run.group(6)) * 2**20, int(run.group(7)) * 2**20
-                first_before, highest = times.get((*key, "scheduler"), (before, 0))
-                times[(*key, "scheduler")] = (first_before, max(highest, peak))
+                _add_scheduler_memory(times, key, int(run.group(6)) * 2**20, int(run.group(7)) * 2**20)
             took = run.group(3) if run.group(4) is None else float(run.group(4)) / (1e3 if run.group(5) == "ms" else 1)
             best = times.get(key)
             if best is None or (not isinstance(took, str) and (isinstance(best, str) or took < best)):
