@@ -2,7 +2,10 @@
 
 Plans, by what is lazy:
 - NumPy params and indices: eager.
-- Dask params, concrete indices (``concrete._build_concrete``): the indices are checked now;
+- Dask params that are views of one NumPy array (``da.from_array``), concrete indices, a
+  threaded or synchronous scheduler (``in_memory.build_in_memory``): one ``np.take`` per
+  output block from that array.
+- Other Dask params, concrete indices (``concrete._build_concrete``): the indices are checked now;
   tuples are bucketed by the params block they hit, one task per hit block gathers its
   bucket, and one task per output block puts the pieces back in the original order. Params
   blocks that no tuple hits are never read.
@@ -28,7 +31,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from ops import _block_reads, _lazy, _limits
-from ops.gather_nd import concrete, exchange, scratch_graph
+from ops.gather_nd import concrete, exchange, in_memory, scratch_graph
 from ops.gather_nd.kernel import _gather_block, check_index_values, gather_nd_kernel
 from ops.gather_nd.plan import _block_offsets, _broadcast_limit, _graph_size
 
@@ -37,8 +40,10 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
     """GatherNd of validated arguments, by the plan for what is lazy and how large params is.
 
     - NumPy params and indices: the NumPy kernel, now.
-    - Concrete indices (Dask params): ``concrete._build_concrete``; an empty output is checked and
-      built without a read.
+    - Concrete indices, Dask params that are views of one NumPy array, a shared-memory
+      scheduler: ``in_memory.build_in_memory``.
+    - Other concrete indices (Dask params): ``concrete._build_concrete``; an empty output is
+      checked and built without a read.
     - Lazy indices, params NumPy or at most ``_broadcast_limit()`` bytes: ``_build_broadcast``.
     - Lazy indices, larger params, a scratch store (``scratch``, a Scratch): ``scratch_graph._build_scratch``.
     - Lazy indices, larger params, no scratch store: ``exchange._build_exchange``.
@@ -50,6 +55,9 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
         if 0 in out_shape:
             check_index_values(indices, params.shape[b : b + indices.shape[-1]], negative, b)
             return _lazy.empty(out_shape, params.dtype)
+        whole = in_memory.whole_array(params) if in_memory.shared_memory_scheduler() else None
+        if whole is not None:
+            return in_memory.build_in_memory(whole, params, indices, b, negative, out_shape)
         return concrete._build_concrete(params, indices, b, negative, out_shape)
     # The lazy plans take whole tuples from one indices block.
     if indices.numblocks[-1] > 1:
@@ -74,8 +82,9 @@ def _check_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -
 
 
 def _one_block(params: da.Array) -> da.Array:
-    """``params`` as one block: read whole in one task where its blocks are plain reads of a
-    source (``da.from_zarr``, ``da.from_array``), else Dask's rechunk.
+    """``params`` as one block: the NumPy array its blocks are views of (``da.from_array`` of
+    a NumPy array), read whole in one task where its blocks are plain reads of a source
+    (``da.from_zarr``, ``da.from_array`` of other arrays), else Dask's rechunk.
 
     Why one read rather than a rechunk of its blocks: every indices block's task takes the
     one block, and Dask orders a graph (on the client's scheduler, or on the distributed
@@ -85,13 +94,16 @@ def _one_block(params: da.Array) -> da.Array:
     took the scheduler to 10.5 GiB at 200,000 x 1,000 blocks. One read is one root. Params
     computed some other way still bring their blocks' roots.
     """
+    name = f"gather_nd-params-{tokenize(params)}"
+    key = (name,) + (0,) * params.ndim
+    chunks = tuple((n,) for n in params.shape)
+    whole = in_memory.whole_array(params)
+    if whole is not None:  # no copy, and the blocks (and their keys) are not needed at all
+        return da.Array(HighLevelGraph.from_collections(name, {key: whole}), name, chunks=chunks, meta=params._meta)
     reads = _block_reads.BlockReads.of(params)
     if reads is None:
         return params.rechunk(params.shape)
-    name = f"gather_nd-params-{tokenize(params)}"
-    layer = {(name,) + (0,) * params.ndim: reads.whole()}
-    chunks = tuple((n,) for n in params.shape)
-    return da.Array(reads.graph(params, name, layer), name, chunks=chunks, meta=params._meta)
+    return da.Array(reads.graph(params, name, {key: reads.whole()}), name, chunks=chunks, meta=params._meta)
 
 
 def _build_broadcast(params, indices: da.Array, b: int, negative: bool, out_shape):

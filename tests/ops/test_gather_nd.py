@@ -140,7 +140,10 @@ def test_dask_plans_equal_numpy(scratch_dir, case):
     assert_same(expected, reference.gather_nd(params, indices, b))
     lazy_params = da.from_array(params, chunks=params_chunks)
     lazy_indices = da.from_array(indices, chunks=indices_chunks)
-    assert_same(compute(ops.gather_nd(lazy_params, indices, **kwargs)), expected)  # concrete
+    assert_same(compute(ops.gather_nd(lazy_params, indices, **kwargs)), expected)  # in memory
+    with dask.config.set(scheduler="processes"):  # concrete, bucketed (built only, run below)
+        bucketed = ops.gather_nd(lazy_params, indices, **kwargs)
+    assert_same(compute(bucketed), expected)
     assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # broadcast
     assert_same(compute(ops.gather_nd(params, lazy_indices, **kwargs)), expected)
     with dask.config.set({"array.chunk-size": "1B"}):  # force the exchange plan (no scratch)
@@ -271,6 +274,54 @@ def _flat(keys):
             yield k
 
 
+def test_in_memory_params_are_gathered_from_their_array_in_one_task_per_block():
+    # da.from_array's blocks are views of one copy of the array: on threads each output block
+    # takes its rows from that copy, reading no block; the chunks are the bucketed plan's.
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal((6, 50, 7)).astype(np.float32)
+    params = da.from_array(values, chunks=(4, 9, 3))
+    indices = np.stack([rng.integers(-6, 6, (40, 30)), rng.integers(0, 50, (40, 30))], axis=-1)
+    with dask.config.set({"array.chunk-size": "2KiB"}):  # 2 rows of 30 x 7 per block: 20 x 3 blocks
+        y = ops.gather_nd(params, indices)
+        with dask.config.set(scheduler="processes"):
+            bucketed = ops.gather_nd(params, indices)
+    assert y.chunks == bucketed.chunks and y.npartitions == 20 * 3
+    assert _params_blocks_read(y, params.name) == set()
+    assert len(y.__dask_graph__()) == y.npartitions + 1  # and the array, once
+    expected = reference.gather_nd(values, indices)
+    assert_same(compute(y), expected)
+    assert_same(y.compute(scheduler="threads"), expected)
+
+
+def test_in_memory_plan_needs_one_array_and_a_scheduler_sharing_its_memory():
+    from ops.gather_nd import in_memory
+
+    values = np.arange(48.0).reshape(12, 4)
+    one = da.from_array(values, chunks=(5, 3))
+    assert in_memory.whole_array(one) is not None
+    assert in_memory.whole_array(da.from_array(values, chunks=-1)) is not None
+    persisted = (one + 1).persist(scheduler="sync")  # blocks are arrays of their own
+    fortran = np.asfortranarray(values)
+    by_hand = da.Array({("f", 0, 0): fortran[:6], ("f", 1, 0): fortran[6:]}, "f", ((6, 6), (4,)), fortran.dtype)
+    part = da.Array({("p", 0, 0): values[:6], ("p", 1, 0): values[6:11]}, "p", ((6, 5), (4,)), values.dtype)
+    for params in (persisted, by_hand, part, one * 2, da.ones((12, 4), chunks=6)):
+        assert in_memory.whole_array(params) is None
+    index = np.array([[11], [0], [5]])
+    for scheduler, plan in (("threads", "in-memory"), ("sync", "in-memory"), ("processes", "bucketed")):
+        with dask.config.set(scheduler=scheduler):
+            y = ops.gather_nd(one, index)
+        assert (_params_blocks_read(y, one.name) == set()) == (plan == "in-memory"), scheduler
+        assert_same(compute(y), values[[11, 0, 5]])
+    index[...] = 0  # a graph keeps its own rows (one int64 column is a view of the tuples)
+    assert_same(compute(y), values[[11, 0, 5]])
+    with dask.config.set(scheduler="threads"):
+        y = ops.gather_nd(one, index)
+    index[...] = 3
+    assert_same(compute(y), values[[0, 0, 0]])
+    for params in (persisted, part):
+        assert _params_blocks_read(ops.gather_nd(params, np.array([[0]])), params.name) != set()
+
+
 def test_sparse_gather_reads_only_hit_blocks():
     # A 10^4 x 10^4 lazy table in 10,000 blocks; three points hit two blocks.
     params = da.ones((10_000, 10_000), chunks=(100, 100), dtype=np.float32)
@@ -282,7 +333,8 @@ def test_sparse_gather_reads_only_hit_blocks():
 
 def test_row_gather_reads_only_hit_row_blocks_and_keeps_column_chunks():
     params = da.from_array(np.arange(60).reshape(20, 3), chunks=(5, 2))
-    y = ops.gather_nd(params, np.array([[0], [19], [1]]))
+    with dask.config.set(scheduler="processes"):  # the bucketed plan, as on a cluster
+        y = ops.gather_nd(params, np.array([[0], [19], [1]]))
     assert y.chunks == ((3,), (2, 1))
     assert {k[1] for k in _params_blocks_read(y, params.name)} == {0, 3}
     assert_same(y.compute(), np.arange(60).reshape(20, 3)[[0, 19, 1]])
@@ -317,6 +369,9 @@ def test_broadcast_plan_for_small_params():
     indices = da.from_array(np.array([[3], [0], [2], [1]]), chunks=(1, 1))
     y = ops.gather_nd(params, indices)
     assert y.chunks == ((1, 1, 1, 1), (3,))
+    # params' blocks are views of one array: that array is the one block (no rechunk, no copy)
+    assert _params_blocks_read(y, params.name) == set()
+    assert len(dask.optimize(y)[0].__dask_graph__()) == 4 + 4 + 1  # indices, gathers, params
     assert_same(y.compute(), np.arange(12).reshape(4, 3)[[3, 0, 2, 1]])
 
 

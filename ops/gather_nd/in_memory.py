@@ -1,0 +1,128 @@
+"""GatherNd of in-memory Dask params at NumPy indices, on a shared-memory scheduler.
+
+``da.from_array`` of a NumPy array (what ``DataArray.chunk()`` of in-memory data calls too)
+copies the array once and makes every block a view of that copy. When the graph will run on
+threads (or synchronously) in this process, the gather does not need the blocks at all: each
+output block is one ``np.take`` of its rows from the whole array, with no buckets by params
+block to make and put back in order (two more passes over the gathered bytes), so the two
+threads gather at the rate of NumPy's own take.
+
+Elsewhere the bucketed plan (``concrete``) stays: a distributed or multi-process scheduler
+would send the whole array to every worker that makes an output block, where the bucketed
+plan sends each block to one task.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import dask
+import dask.array as da
+import dask.local
+import dask.threaded
+import numpy as np
+from dask.base import get_scheduler, tokenize
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+from ops import _chunks, _lazy, _lazy_layer, _limits
+from ops.gather_nd.kernel import _coordinates, _merged_view, check_index_values
+from ops.gather_nd.layer import Stage, StagedLayer, ravel
+from ops.gather_nd.plan import _graph_size, _lead_chunks
+
+try:  # Dask's task objects (2024.12+): a constant in a graph may come wrapped
+    from dask._task_spec import DataNode
+except ImportError:  # pragma: no cover - depends on the installed Dask
+    DataNode = None
+
+
+def shared_memory_scheduler() -> bool:
+    """Whether the graph being built will run in this process's memory: the scheduler that
+    ``compute`` would use now (a default ``distributed.Client``, a ``dask.config`` setting or
+    Dask's default for arrays) is the threaded or the synchronous one."""
+    return get_scheduler(cls=da.Array) in (dask.threaded.get, dask.local.get_sync)
+
+
+def _value(task):
+    return task.value if DataNode is not None and isinstance(task, DataNode) else task
+
+
+def whole_array(x: da.Array) -> np.ndarray | None:
+    """The C-contiguous NumPy array whose views x's blocks are, tiling it exactly in x's
+    chunks; None when they are anything else (computed blocks, a Zarr read, separate arrays).
+
+    Checked block by block (a graph whose blocks are arrays already holds one value per
+    block): each must be an ndarray viewing the same array at its chunk's offset.
+    """
+    layer = x.dask.layers.get(x.name)
+    # Only a layer of values: asking a lazy layer for a block would make all its tasks.
+    if not isinstance(layer, MaterializedLayer) or x.npartitions == 0:
+        return None
+    first = _value(layer.get((x.name,) + (0,) * x.ndim))
+    if type(first) is not np.ndarray:
+        return None
+    whole = first if first.base is None else first.base
+    if (type(whole) is not np.ndarray or whole.shape != x.shape or whole.dtype != x.dtype
+            or not whole.flags.c_contiguous):
+        return None
+    address = whole.__array_interface__["data"][0]
+    bounds = [np.cumsum((0, *c)) for c in x.chunks]
+    for index in np.ndindex(*x.numblocks):
+        block = _value(layer.get((x.name, *index)))
+        if type(block) is not np.ndarray or (block is not whole and block.base is not whole):
+            return None
+        shape = tuple(int(b[k + 1] - b[k]) for b, k in zip(bounds, index))
+        offset = sum(int(b[k]) * s for b, k, s in zip(bounds, index, whole.strides))
+        if (block.shape != shape or (block.size and block.strides != whole.strides)
+                or block.__array_interface__["data"][0] != address + offset):
+            return None
+    return whole
+
+
+def _take_rows(whole: np.ndarray, merged: int, region: tuple[slice, ...], rows: np.ndarray, shape):
+    """One output block: ``rows`` of ``whole`` with its first ``merged`` dims as one axis,
+    within ``region`` of the other dims."""
+    view = _merged_view(whole, merged)[(slice(None), *region)]
+    return np.take(view, rows, axis=0).reshape(shape)
+
+
+def _make_block(source_key, merged, lead_chunks, slice_bounds, run_bounds, rows, index):
+    lead, s = index[: len(lead_chunks)], index[len(lead_chunks) :]
+    o = ravel(lead, tuple(map(len, lead_chunks)))
+    region = tuple(slice(int(b[k]), int(b[k + 1])) for b, k in zip(slice_bounds, s))
+    shape = tuple(lead_chunks[k][i] for k, i in enumerate(lead)) + tuple(r.stop - r.start for r in region)
+    piece = rows[run_bounds[o] : run_bounds[o + 1]]
+    return (_take_rows, source_key, merged, _lazy_layer.static(region), piece, _lazy_layer.static(shape))
+
+
+def build_in_memory(whole: np.ndarray, params: da.Array, indices: np.ndarray, b: int, negative: bool, out_shape):
+    """Dask params that are views of ``whole`` (``whole_array``), NumPy indices: one task per
+    output block takes its rows from ``whole``; output chunks as the bucketed plan's."""
+    c = indices.shape[-1]
+    merged = b + c
+    check_index_values(indices, params.shape[b:merged], negative, b)
+    lead = indices.shape[:-1]
+    rows = None  # each tuple's row of whole's first `merged` dims as one axis (C order)
+    for coord, size in zip(_coordinates(indices, params.shape, b), params.shape[:merged]):
+        rows = coord.reshape(-1) if rows is None else rows * size + coord.reshape(-1)
+    if np.may_share_memory(rows, indices):  # the graph keeps its own, whatever the caller does next
+        rows = rows.copy()
+    slice_chunks = params.chunks[merged:]
+    row_bytes = math.prod(params.shape[merged:]) * params.dtype.itemsize
+    lead_chunks = _lead_chunks(lead, row_bytes, _chunks.target_bytes())
+    blocks, tasks = _graph_size("concrete", math.prod(map(len, lead_chunks)), 0, math.prod(map(len, slice_chunks)))
+    _limits.check("gather_nd", blocks, tasks, "give params and indices larger chunks (fewer blocks)")
+    # Output block o along the tuples is the run [run_bounds[o], run_bounds[o + 1]) of tuple
+    # ids (C order): an outer product of the chunks along each axis.
+    per_block = functools.reduce(np.multiply.outer, [np.asarray(c, np.int64) for c in lead_chunks], np.int64(1))
+    run_bounds = np.concatenate([[0], np.cumsum(np.ravel(per_block))]).astype(np.int64)
+    token = tokenize(params, indices, b, negative)
+    name, source_key = f"gather_nd-{token}", f"gather_nd-array-{token}"
+    slice_bounds = tuple(np.cumsum((0, *chunks)) for chunks in slice_chunks)
+    make = functools.partial(_make_block, source_key, merged, lead_chunks, slice_bounds, run_bounds, rows)
+    layer = StagedLayer(
+        [Stage(name, (*map(len, lead_chunks), *map(len, slice_chunks)), make)],
+        literals={source_key: whole},
+    )
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
+    return da.Array(graph, name, chunks=(*lead_chunks, *slice_chunks), meta=_lazy.meta(len(out_shape), params.dtype))
