@@ -4,8 +4,8 @@
 copies the array once and makes every block a view of that copy. When the graph will run on
 threads (or synchronously) in this process, the gather does not need the blocks at all: each
 output block is one ``np.take`` of its rows from the whole array, with no buckets by params
-block to make and put back in order (two more passes over the gathered bytes), so the two
-threads gather at the rate of NumPy's own take.
+block to sort the tuples into and put back in order (a second pass over the gathered bytes),
+so the two threads gather at the rate of NumPy's own take.
 
 Elsewhere the bucketed plan (``concrete``) stays: a distributed or multi-process scheduler
 would send the whole array to every worker that makes an output block, where the bucketed
