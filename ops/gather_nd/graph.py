@@ -12,8 +12,12 @@ Plans, by what is lazy:
 - Lazy (Dask) indices, output chunked like the indices' leading dims; index values are checked
   when computed, with the same IndexError:
   * params up to a quarter of ``dask.config["array.chunk-size"]``, or NumPy params
-    (``_build_broadcast``): params as one block (read whole by one task when it is stored,
-    ``_one_block``), read by every indices block (a cluster sends it once to each worker);
+    (``_build_broadcast``): params as one block (the array its blocks are views of, or read
+    whole by one task when it is stored: ``_one_block``), read by every indices block (a
+    cluster sends it once to each worker);
+  * larger params of views of one NumPy array, on a threaded or synchronous scheduler and
+    without a scratch store (``in_memory.build_lazy_indices``): every indices block gathers
+    from that array;
   * larger Dask params with a scratch store set (``ops.scratch``): the exchange goes through
     files (``scratch_graph._build_scratch``);
   * larger Dask params without one (``exchange._build_exchange``): the same exchange inside
@@ -45,6 +49,8 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
     - Other concrete indices (Dask params): ``concrete._build_concrete``; an empty output is
       checked and built without a read.
     - Lazy indices, params NumPy or at most ``_broadcast_limit()`` bytes: ``_build_broadcast``.
+    - Lazy indices, larger params of views of one NumPy array, no scratch store, a
+      shared-memory scheduler: ``in_memory.build_lazy_indices``.
     - Lazy indices, larger params, a scratch store (``scratch``, a Scratch): ``scratch_graph._build_scratch``.
     - Lazy indices, larger params, no scratch store: ``exchange._build_exchange``.
     """
@@ -67,6 +73,10 @@ def _choose_and_build(params, indices, b: int, negative: bool, out_shape, scratc
         _check_size("broadcast", lead, params.npartitions if lazy_params else 1, 1)
         return _build_broadcast(params, indices, b, negative, out_shape)
     merged = b + indices.shape[-1]
+    whole = in_memory.whole_array(params) if scratch is None and in_memory.shared_memory_scheduler() else None
+    if whole is not None:  # every indices block gathers from the array in memory: no exchange
+        _check_size("in_memory", lead, 0, math.prod(params.numblocks[merged:]))
+        return in_memory.build_lazy_indices(whole, params, indices, b, negative, out_shape)
     plan = "scratch" if scratch is not None else "exchange"
     _check_size(plan, lead, math.prod(params.numblocks[:merged]), math.prod(params.numblocks[merged:]))
     if scratch is not None:

@@ -26,9 +26,9 @@ from dask.base import get_scheduler, tokenize
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from ops import _chunks, _lazy, _lazy_layer, _limits
-from ops.gather_nd.kernel import _coordinates, _merged_view, check_index_values
+from ops.gather_nd.kernel import _coordinates, _merged_view, check_index_values, gather_nd_kernel
 from ops.gather_nd.layer import Stage, StagedLayer, ravel
-from ops.gather_nd.plan import _graph_size, _lead_chunks
+from ops.gather_nd.plan import _block_offsets, _graph_size, _lead_chunks
 
 try:  # Dask's task objects (2024.12+): a constant in a graph may come wrapped
     from dask._task_spec import DataNode
@@ -110,7 +110,7 @@ def build_in_memory(whole: np.ndarray, params: da.Array, indices: np.ndarray, b:
     slice_chunks = params.chunks[merged:]
     row_bytes = math.prod(params.shape[merged:]) * params.dtype.itemsize
     lead_chunks = _lead_chunks(lead, row_bytes, _chunks.target_bytes())
-    blocks, tasks = _graph_size("concrete", math.prod(map(len, lead_chunks)), 0, math.prod(map(len, slice_chunks)))
+    blocks, tasks = _graph_size("in_memory", math.prod(map(len, lead_chunks)), 0, math.prod(map(len, slice_chunks)))
     _limits.check("gather_nd", blocks, tasks, "give params and indices larger chunks (fewer blocks)")
     # Output block o along the tuples is the run [run_bounds[o], run_bounds[o + 1]) of tuple
     # ids (C order): an outer product of the chunks along each axis.
@@ -126,3 +126,32 @@ def build_in_memory(whole: np.ndarray, params: da.Array, indices: np.ndarray, b:
     )
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
     return da.Array(graph, name, chunks=(*lead_chunks, *slice_chunks), meta=_lazy.meta(len(out_shape), params.dtype))
+
+
+def _gather_region(whole, indices, b: int, negative: bool, offset, region: tuple[slice, ...]):
+    """GatherNd of one indices block from ``whole``, within ``region`` of the slice dims."""
+    merged = b + indices.shape[-1]
+    return gather_nd_kernel(whole[(slice(None),) * merged + region], indices, b, negative, offset)
+
+
+def build_lazy_indices(whole: np.ndarray, params: da.Array, indices: da.Array, b: int, negative: bool, out_shape):
+    """Dask params that are views of ``whole``, lazy indices (whole tuples per block): every
+    indices block gathers from ``whole``, one task per slice block; the output's chunks are
+    those of the exchange (the indices' leading chunks, then params' slice chunks)."""
+    merged = b + indices.shape[-1]
+    slice_chunks = params.chunks[merged:]
+    slice_bounds = [np.cumsum((0, *chunks)) for chunks in slice_chunks]
+    token = tokenize(params, indices, b, negative)
+    name, source_key = f"gather_nd-{token}", f"gather_nd-array-{token}"
+    layer = {source_key: whole}
+    for index in np.ndindex(*indices.numblocks[:-1]):
+        offset = _block_offsets(indices.chunks, index)
+        for s in np.ndindex(*map(len, slice_chunks)):
+            region = tuple(slice(int(bounds[k]), int(bounds[k + 1])) for bounds, k in zip(slice_bounds, s))
+            layer[(name, *index, *s)] = (
+                _gather_region, source_key, (indices.name, *index, 0), b, negative, offset,
+                _lazy_layer.static(region),
+            )
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[indices])
+    chunks = (*indices.chunks[:-1], *slice_chunks)
+    return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))

@@ -155,6 +155,8 @@ def _graph_size(plan: str, lead: int, params: int, slices: int, hits: int = 0) -
     tasks = {
         # a gather per hit block and slice block, an assembly per output block
         "concrete": (lead + hits) * slices,
+        # the array params' blocks are views of, a gather per output block
+        "in_memory": 1 + blocks,
         # params merged into one block, a gather per indices block
         "broadcast": params + lead,
         # splits and assemblies per run of indices blocks, a serve per group of params blocks

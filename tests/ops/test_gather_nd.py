@@ -146,8 +146,11 @@ def test_dask_plans_equal_numpy(scratch_dir, case):
     assert_same(compute(bucketed), expected)
     assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # broadcast
     assert_same(compute(ops.gather_nd(params, lazy_indices, **kwargs)), expected)
-    with dask.config.set({"array.chunk-size": "1B"}):  # force the exchange plan (no scratch)
+    with dask.config.set({"array.chunk-size": "1B"}):  # in memory: gathered from the whole array
         assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)
+    with dask.config.set({"array.chunk-size": "1B", "scheduler": "processes"}):  # the exchange (no scratch)
+        exchanged = ops.gather_nd(lazy_params, lazy_indices, **kwargs)
+    assert_same(compute(exchanged), expected)
     with dask.config.set({"array.chunk-size": "1B", "chunked-tensor-ops.scratch": str(scratch_dir)}):
         assert_same(compute(ops.gather_nd(lazy_params, lazy_indices, **kwargs)), expected)  # scratch plan
     # A budget of 4 blocks: params blocks served in groups of 2 (when params has more than one).
@@ -322,6 +325,33 @@ def test_in_memory_plan_needs_one_array_and_a_scheduler_sharing_its_memory():
         assert _params_blocks_read(ops.gather_nd(params, np.array([[0]])), params.name) != set()
 
 
+def test_lazy_indices_gather_from_the_whole_in_memory_array_of_any_size(tmp_path):
+    rng = np.random.default_rng(6)
+    values = rng.standard_normal((300, 5)).astype(np.float32)
+    params = da.from_array(values, chunks=(7, 2))
+    index = rng.integers(-300, 300, (50, 4, 1))
+    indices = da.from_array(index, chunks=(9, 2, 1))
+    expected = values[index[..., 0]]
+    with dask.config.set({"array.chunk-size": "1KiB"}):  # params (6,000 bytes) past the broadcast size
+        y = ops.gather_nd(params, indices)
+        with dask.config.set(scheduler="processes"):
+            exchanged = ops.gather_nd(params, indices)
+        scratched = ops.gather_nd(params, indices, scratch=str(tmp_path))  # a store asked for is used
+    assert _params_blocks_read(y, params.name) == set()
+    # the indices blocks, a gather per output block (12 x 3), the array
+    assert y.npartitions == indices.npartitions * 3
+    assert len(dask.optimize(y)[0].__dask_graph__()) == indices.npartitions + y.npartitions + 1
+    assert _params_blocks_read(exchanged, params.name) != set() != _params_blocks_read(scratched, params.name)
+    for result in (y, exchanged, scratched):
+        assert result.chunks == y.chunks
+        assert_same(compute(result), expected)
+    index[20, 3, 0] = 300
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        bad = ops.gather_nd(params, da.from_array(index, chunks=(9, 2, 1)))
+    with pytest.raises(IndexError, match=r"^indices\[20, 3, 0\] = 300 is out of range for dimension 0 of size 300"):
+        bad.compute()
+
+
 def test_sparse_gather_reads_only_hit_blocks():
     # A 10^4 x 10^4 lazy table in 10,000 blocks; three points hit two blocks.
     params = da.ones((10_000, 10_000), chunks=(100, 100), dtype=np.float32)
@@ -353,7 +383,7 @@ def _readers(graph: dict, params_name: str) -> dict:
 def test_shuffle_plan_reads_each_params_block_once():
     params = da.from_array(np.arange(64).reshape(16, 4), chunks=(4, 4))
     indices = da.from_array(np.arange(16).reshape(16, 1)[::-1], chunks=4)
-    with dask.config.set({"array.chunk-size": "64B"}):
+    with dask.config.set({"array.chunk-size": "64B", "scheduler": "processes"}):  # as on a cluster
         y = ops.gather_nd(params, indices)
     graph = dict(y.__dask_graph__())
     readers = _readers(graph, params.name)

@@ -23,8 +23,9 @@ from tests.ops import reference
 
 
 def _exchange(params, indices, **kwargs):
-    # A 1 KiB chunk size: params past a quarter of it take the exchange (no scratch store).
-    with dask.config.set({"array.chunk-size": "1KiB", "chunked-tensor-ops.scratch": None}):
+    # A 1 KiB chunk size: params past a quarter of it take the exchange (no scratch store),
+    # built as for a cluster (on threads, da.from_array's params are gathered from whole).
+    with dask.config.set({"array.chunk-size": "1KiB", "chunked-tensor-ops.scratch": None, "scheduler": "processes"}):
         return ops.gather_nd(params, indices, **kwargs)
 
 
