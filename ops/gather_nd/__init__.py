@@ -2,6 +2,7 @@
 
 One concern per module, imports pointing down the list:
 - ``graph``: the in-memory Dask graphs and the rule that picks a plan;
+- ``in_memory``: params that are views of one NumPy array, gathered from that array;
 - ``exchange``: the all-to-all inside the graph, through groups of blocks;
 - ``scratch_graph``: the all-to-all through a scratch store;
 - ``layer``: a graph layer whose tasks are made only when the graph is materialised;
