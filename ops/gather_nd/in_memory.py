@@ -15,6 +15,7 @@ plan sends each block to one task.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import dask
@@ -65,18 +66,24 @@ def whole_array(x: da.Array) -> np.ndarray | None:
     if (type(whole) is not np.ndarray or whole.shape != x.shape or whole.dtype != x.dtype
             or not whole.flags.c_contiguous):
         return None
-    address = whole.__array_interface__["data"][0]
-    bounds = [np.cumsum((0, *c)) for c in x.chunks]
-    for index in np.ndindex(*x.numblocks):
-        block = _value(layer.get((x.name, *index)))
-        if type(block) is not np.ndarray or (block is not whole and block.base is not whole):
-            return None
-        shape = tuple(int(b[k + 1] - b[k]) for b, k in zip(bounds, index))
-        offset = sum(int(b[k]) * s for b, k, s in zip(bounds, index, whole.strides))
-        if (block.shape != shape or (block.size and block.strides != whole.strides)
-                or block.__array_interface__["data"][0] != address + offset):
-            return None
+    blocks = [_value(task) for task in map(layer.get, _block_keys(x))]
+    if not all(type(block) is np.ndarray and (block is whole or block.base is whole) for block in blocks):
+        return None
+    # Where each block must start in whole, and its shape: outer sums and products per axis.
+    starts = [np.cumsum((0, *c))[:-1] for c in x.chunks]
+    offsets = functools.reduce(np.add.outer, [s * stride for s, stride in zip(starts, whole.strides)])
+    shapes = np.stack(np.meshgrid(*[np.asarray(c) for c in x.chunks], indexing="ij"), axis=-1)
+    addresses = np.fromiter((block.__array_interface__["data"][0] for block in blocks), np.int64, len(blocks))
+    if not (np.array_equal(addresses - whole.__array_interface__["data"][0], np.ravel(offsets))
+            and np.array_equal(np.array([block.shape for block in blocks]).reshape(shapes.shape), shapes)
+            and all(block.strides == whole.strides for block in blocks if block.size)):
+        return None
     return whole
+
+
+def _block_keys(x: da.Array):
+    """x's block keys in C order of the block grid."""
+    return ((x.name, *index) for index in itertools.product(*map(range, x.numblocks)))
 
 
 def _take_rows(whole: np.ndarray, merged: int, region: tuple[slice, ...], rows: np.ndarray, shape):

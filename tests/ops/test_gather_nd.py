@@ -307,7 +307,8 @@ def test_in_memory_plan_needs_one_array_and_a_scheduler_sharing_its_memory():
     fortran = np.asfortranarray(values)
     by_hand = da.Array({("f", 0, 0): fortran[:6], ("f", 1, 0): fortran[6:]}, "f", ((6, 6), (4,)), fortran.dtype)
     part = da.Array({("p", 0, 0): values[:6], ("p", 1, 0): values[6:11]}, "p", ((6, 5), (4,)), values.dtype)
-    for params in (persisted, by_hand, part, one * 2, da.ones((12, 4), chunks=6)):
+    swapped = da.Array({("s", 0, 0): values[6:], ("s", 1, 0): values[:6]}, "s", ((6, 6), (4,)), values.dtype)
+    for params in (persisted, by_hand, part, swapped, one * 2, da.ones((12, 4), chunks=6)):
         assert in_memory.whole_array(params) is None
     index = np.array([[11], [0], [5]])
     for scheduler, plan in (("threads", "in-memory"), ("sync", "in-memory"), ("processes", "bucketed")):
