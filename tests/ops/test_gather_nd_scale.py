@@ -258,3 +258,12 @@ def test_exchange_on_a_cluster():
         y = _exchange(da.from_array(values, chunks=(8, 16)), da.from_array(index, chunks=(10, 1)))
         assert isinstance(_own_layer(y), exchange.StagedLayer)
         assert_same(client.compute(y, sync=True), values[index[:, 0]])
+        # With a client as the default scheduler, params of views of one in-memory array
+        # still take the exchange (gathering from the whole array would send it to every worker).
+        with dask.config.set({"array.chunk-size": "1KiB"}):
+            y = ops.gather_nd(da.from_array(values, chunks=(8, 16)), da.from_array(index, chunks=(10, 1)))
+            concrete_y = ops.gather_nd(da.from_array(values, chunks=(8, 16)), index)
+        assert isinstance(_own_layer(y), exchange.StagedLayer)
+        assert _own_layer(concrete_y).stages[0].name.startswith("gather_nd-bucket-")
+        assert_same(client.compute(y, sync=True), values[index[:, 0]])
+        assert_same(client.compute(concrete_y, sync=True), values[index[:, 0]])
