@@ -1,15 +1,19 @@
-"""GatherNd of in-memory Dask params at NumPy indices, on a shared-memory scheduler.
+"""GatherNd of in-memory Dask params, on a shared-memory scheduler.
 
 ``da.from_array`` of a NumPy array (what ``DataArray.chunk()`` of in-memory data calls too)
 copies the array once and makes every block a view of that copy. When the graph will run on
 threads (or synchronously) in this process, the gather does not need the blocks at all: each
 output block is one ``np.take`` of its rows from the whole array, with no buckets by params
 block to sort the tuples into and put back in order (a second pass over the gathered bytes),
-so the two threads gather at the rate of NumPy's own take.
+so the two threads gather at the rate of NumPy's own take. With lazy indices, every indices
+block gathers from the whole array in the same way, where larger params would otherwise be
+exchanged between groups of blocks.
 
 Elsewhere the bucketed plan (``concrete``) stays: a distributed or multi-process scheduler
 would send the whole array to every worker that makes an output block, where the bucketed
-plan sends each block to one task.
+plan sends each block to one task (and the exchange each block to one group).
+
+Both plans are graph layers whose tasks are made when the graph is materialised.
 """
 
 from __future__ import annotations
@@ -141,24 +145,28 @@ def _gather_region(whole, indices, b: int, negative: bool, offset, region: tuple
     return gather_nd_kernel(whole[(slice(None),) * merged + region], indices, b, negative, offset)
 
 
+def _make_region_gather(source_key, indices_name, indices_chunks, lead_ndim, b, negative, slice_bounds, index):
+    lead, s = index[:lead_ndim], index[lead_ndim:]
+    region = tuple(slice(int(bounds[k]), int(bounds[k + 1])) for bounds, k in zip(slice_bounds, s))
+    return (_gather_region, source_key, (indices_name, *lead, 0), b, negative,
+            _lazy_layer.static(_block_offsets(indices_chunks, lead)), _lazy_layer.static(region))
+
+
 def build_lazy_indices(whole: np.ndarray, params: da.Array, indices: da.Array, b: int, negative: bool, out_shape):
     """Dask params that are views of ``whole``, lazy indices (whole tuples per block): every
     indices block gathers from ``whole``, one task per slice block; the output's chunks are
     those of the exchange (the indices' leading chunks, then params' slice chunks)."""
     merged = b + indices.shape[-1]
     slice_chunks = params.chunks[merged:]
-    slice_bounds = [np.cumsum((0, *chunks)) for chunks in slice_chunks]
+    slice_bounds = tuple(np.cumsum((0, *chunks)) for chunks in slice_chunks)
     token = tokenize(params, indices, b, negative)
     name, source_key = f"gather_nd-{token}", f"gather_nd-array-{token}"
-    layer = {source_key: whole}
-    for index in np.ndindex(*indices.numblocks[:-1]):
-        offset = _block_offsets(indices.chunks, index)
-        for s in np.ndindex(*map(len, slice_chunks)):
-            region = tuple(slice(int(bounds[k]), int(bounds[k + 1])) for bounds, k in zip(slice_bounds, s))
-            layer[(name, *index, *s)] = (
-                _gather_region, source_key, (indices.name, *index, 0), b, negative, offset,
-                _lazy_layer.static(region),
-            )
+    make = functools.partial(_make_region_gather, source_key, indices.name, indices.chunks, indices.ndim - 1,
+                             b, negative, slice_bounds)
+    layer = StagedLayer(
+        [Stage(name, (*indices.numblocks[:-1], *map(len, slice_chunks)), make)],
+        literals={source_key: whole},
+    )
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[indices])
     chunks = (*indices.chunks[:-1], *slice_chunks)
     return da.Array(graph, name, chunks=chunks, meta=_lazy.meta(len(out_shape), params.dtype))

@@ -289,6 +289,7 @@ def test_in_memory_params_are_gathered_from_their_array_in_one_task_per_block():
         with dask.config.set(scheduler="processes"):
             bucketed = ops.gather_nd(params, indices)
     assert y.chunks == bucketed.chunks and y.npartitions == 20 * 3
+    assert not y.__dask_graph__().layers[y.name].is_materialized()  # tasks made when run
     assert _params_blocks_read(y, params.name) == set()
     assert len(y.__dask_graph__()) == y.npartitions + 1  # and the array, once
     expected = reference.gather_nd(values, indices)
@@ -338,6 +339,7 @@ def test_lazy_indices_gather_from_the_whole_in_memory_array_of_any_size(tmp_path
         with dask.config.set(scheduler="processes"):
             exchanged = ops.gather_nd(params, indices)
         scratched = ops.gather_nd(params, indices, scratch=str(tmp_path))  # a store asked for is used
+    assert not y.__dask_graph__().layers[y.name].is_materialized()  # tasks made when run
     assert _params_blocks_read(y, params.name) == set()
     # the indices blocks, a gather per output block (12 x 3), the array
     assert y.npartitions == indices.npartitions * 3
