@@ -102,6 +102,27 @@ def test_a_result_is_the_same_through_every_door(client, capsys, tmp_path, store
     assert_same(xr.open_zarr(out)["result"].values, expected)
 
 
+def test_a_gather_is_the_same_through_every_door(client, capsys, tmp_path, stored_image):
+    # In a notebook the accessor gathers from the in-memory array its chunks are views of;
+    # the service and the command line gather from their inputs' blocks.
+    index = np.array([[1, -1], [0, 3], [-2, 7], [1, 0], [0, 3]])
+    expected = ops.gather_nd(IMAGE, index)
+    assert_same(registry.apply("gather_nd", {"params": IMAGE, "indices": index}, {}).values, expected)
+    chunked = xr.DataArray(IMAGE, dims=("n", "h", "w", "c")).chunk({"n": 1, "h": 4, "w": 3})
+    assert_same(chunked.ops.gather_nd(xr.DataArray(index, dims=("point", "idx"))).values, expected)
+    response = client.post("/processes/gather_nd/execution",
+                           json={"inputs": {"params": inline(IMAGE), "indices": inline(index)}})
+    assert response.status_code == 200, response.text
+    assert_same(load_npy(response.content), expected)
+    stored_index = tmp_path / "index.zarr"
+    zarr.create_array(str(stored_index), data=index, chunks=(2, 2))
+    out = tmp_path / "out.zarr"
+    code, err = _cli(capsys, "gather_nd", "--input", f"params={stored_image}", "--input", f"indices={stored_index}",
+                     "--output", str(out), "--in-process", "--quiet")
+    assert code == 0, err
+    assert_same(xr.open_zarr(out)["result"].values, expected)
+
+
 def test_a_labelled_scale_is_aligned_by_label_through_every_door(capsys, tmp_path):
     """A scale stored in another channel order than src: the accessor, the registry and run
     all align it by label (run used to apply it by position)."""
