@@ -25,7 +25,7 @@ from dask.highlevelgraph import HighLevelGraph
 from ops import _chunks, _lazy, _limits
 from ops.gather_nd.kernel import _assemble, _coordinates, _gather_bucket, check_index_values
 from ops.gather_nd.layer import Stage, StagedLayer, ravel
-from ops.gather_nd.plan import _buckets, _graph_size, _lead_chunks, _locate
+from ops.gather_nd.plan import _buckets, _graph_size, _lead_chunks, _locate, _run_bounds
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,10 +91,7 @@ def _build_concrete(params: da.Array, indices: np.ndarray, b: int, negative: boo
                                 math.prod(map(len, slice_chunks)), len(hits))
     _limits.check("gather_nd", blocks, tasks, "give params and indices larger chunks (fewer blocks)")
 
-    # Output runs: [run_bounds[o], run_bounds[o + 1]) of the tuple ids (C order), from the
-    # tuples per output block, an outer product of the chunks along each axis.
-    per_block = functools.reduce(np.multiply.outer, [np.asarray(c, np.int64) for c in lead_chunks], np.int64(1))
-    run_bounds = np.concatenate([[0], np.cumsum(np.ravel(per_block))]).astype(np.int64)
+    run_bounds = _run_bounds(lead_chunks)
     # In bucket order (by hit block, ids ascending within), a piece is a stretch of one bucket
     # and one output run: it starts where either changes.
     starts = np.append(starts, len(order)).astype(np.int64)

@@ -33,7 +33,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from ops import _chunks, _lazy, _lazy_layer, _limits
 from ops.gather_nd.kernel import _coordinates, _merged_view, check_index_values, gather_nd_kernel
 from ops.gather_nd.layer import Stage, StagedLayer, ravel
-from ops.gather_nd.plan import _block_offsets, _graph_size, _lead_chunks
+from ops.gather_nd.plan import _block_offsets, _graph_size, _lead_chunks, _run_bounds
 
 try:  # Dask's task objects (2024.12+): a constant in a graph may come wrapped
     from dask._task_spec import DataNode
@@ -97,10 +97,15 @@ def _take_rows(whole: np.ndarray, merged: int, region: tuple[slice, ...], rows: 
     return np.take(view, rows, axis=0).reshape(shape)
 
 
+def _region(slice_bounds, s) -> tuple[slice, ...]:
+    """Slice block ``s`` of the dims the tuples do not index, from their chunk boundaries."""
+    return tuple(slice(int(bounds[k]), int(bounds[k + 1])) for bounds, k in zip(slice_bounds, s))
+
+
 def _make_block(source_key, merged, lead_chunks, slice_bounds, run_bounds, rows, index):
     lead, s = index[: len(lead_chunks)], index[len(lead_chunks) :]
     o = ravel(lead, tuple(map(len, lead_chunks)))
-    region = tuple(slice(int(b[k]), int(b[k + 1])) for b, k in zip(slice_bounds, s))
+    region = _region(slice_bounds, s)
     shape = tuple(lead_chunks[k][i] for k, i in enumerate(lead)) + tuple(r.stop - r.start for r in region)
     piece = rows[run_bounds[o] : run_bounds[o + 1]]
     return (_take_rows, source_key, merged, _lazy_layer.static(region), piece, _lazy_layer.static(shape))
@@ -123,10 +128,7 @@ def build_in_memory(whole: np.ndarray, params: da.Array, indices: np.ndarray, b:
     lead_chunks = _lead_chunks(lead, row_bytes, _chunks.target_bytes())
     blocks, tasks = _graph_size("in_memory", math.prod(map(len, lead_chunks)), 0, math.prod(map(len, slice_chunks)))
     _limits.check("gather_nd", blocks, tasks, "give params and indices larger chunks (fewer blocks)")
-    # Output block o along the tuples is the run [run_bounds[o], run_bounds[o + 1]) of tuple
-    # ids (C order): an outer product of the chunks along each axis.
-    per_block = functools.reduce(np.multiply.outer, [np.asarray(c, np.int64) for c in lead_chunks], np.int64(1))
-    run_bounds = np.concatenate([[0], np.cumsum(np.ravel(per_block))]).astype(np.int64)
+    run_bounds = _run_bounds(lead_chunks)
     token = tokenize(params, indices, b, negative)
     name, source_key = f"gather_nd-{token}", f"gather_nd-array-{token}"
     slice_bounds = tuple(np.cumsum((0, *chunks)) for chunks in slice_chunks)
@@ -147,7 +149,7 @@ def _gather_region(whole, indices, b: int, negative: bool, offset, region: tuple
 
 def _make_region_gather(source_key, indices_name, indices_chunks, lead_ndim, b, negative, slice_bounds, index):
     lead, s = index[:lead_ndim], index[lead_ndim:]
-    region = tuple(slice(int(bounds[k]), int(bounds[k + 1])) for bounds, k in zip(slice_bounds, s))
+    region = _region(slice_bounds, s)
     return (_gather_region, source_key, (indices_name, *lead, 0), b, negative,
             _lazy_layer.static(_block_offsets(indices_chunks, lead)), _lazy_layer.static(region))
 

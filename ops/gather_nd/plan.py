@@ -4,6 +4,7 @@ size up to which params goes whole to every indices block, and the groups of the
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -35,6 +36,14 @@ def _lead_chunks(lead, row_bytes: int, target: int) -> tuple[tuple[int, ...], ..
         _chunks.regular(lead[split], rows),
         *((n,) for n in lead[split + 1 :]),
     )
+
+
+def _run_bounds(lead_chunks) -> np.ndarray:
+    """Where each output block along the tuples starts and ends among the tuple ids (C order):
+    block o is the run ``[bounds[o], bounds[o + 1])``, its size an outer product of the chunks
+    along each axis (``_lead_chunks`` makes every block one contiguous run)."""
+    per_block = functools.reduce(np.multiply.outer, [np.asarray(c, np.int64) for c in lead_chunks], np.int64(1))
+    return np.concatenate([[0], np.cumsum(np.ravel(per_block))]).astype(np.int64)
 
 
 def _locate(coords: list[np.ndarray], chunks) -> tuple[np.ndarray, list[np.ndarray]]:
