@@ -10,7 +10,8 @@ times, each as a whole process (wall clock from spawn to exit, on the same clust
   codec, on a distributed ``Client`` to the scheduler (half its runs before the operators, half
   after; twice at least);
 - **library**: the same process with ``ops.<op>`` between the two, stored as
-  ``bench.out_of_core`` stores (``da.store`` under ``ops.fusing_stores``);
+  ``bench.out_of_core`` stores (``da.store`` under ``ops.fusing_stores``), with a scratch
+  store beside the output as the command line has (``ops.scratch``);
 - **cli**: ``chunked-tensor-ops run OP --input ... --variable ... --output ... --param ...
   --scheduler tcp://127.0.0.1:PORT --quiet``;
 - **cli with bar** (``--progress``): the same without ``--quiet``, its progress bar counted by a
@@ -101,7 +102,7 @@ COPIES = {"x": "copy", "src": "copy_int32"}
 #: The library process (and the copy): Zarr -> op -> Zarr with Dask on the scheduler, as
 #: bench.out_of_core runs it. argv: scheduler, input group, variable, output array.
 LIBRARY = """
-import json, os, sys
+import json, os, shutil, sys
 import numpy as np, dask.array as da, zarr
 from distributed import Client, futures_of, wait
 import ops
@@ -110,7 +111,9 @@ from zarr.codecs import ZstdCodec
 address, source, variable, target = sys.argv[1:5]
 client = Client(address)
 x = da.from_zarr(zarr.open_array(source, path=variable, mode="r"))
-result = {call}
+scratch = target.rstrip("/") + ".scratch"  # as the command line's: beside the output
+with ops.scratch(scratch):
+    result = {call}
 if not all(map(zarr_regular, result.chunks)):  # Zarr needs equal chunks: as bench.out_of_core's pipeline
     result = result.rechunk(tuple(max(c) for c in result.chunks))
 z = zarr.create_array(target, shape=result.shape, chunks=tuple(c[0] for c in result.chunks), dtype=result.dtype,
@@ -120,6 +123,7 @@ with ops.fusing_stores():
 wait(futures)
 client.gather(futures)
 client.close()
+shutil.rmtree(scratch, ignore_errors=True)
 """
 
 
@@ -184,7 +188,8 @@ def library_tasks(case: Case, source: Path, work: Path) -> int:
     env = {"SCALE": json.dumps(deq_scale())}
     x = da.from_zarr(zarr.open_array(source, path=case.source, mode="r"))
     os.environ.update(env)
-    result = eval(case.library_call(), {"ops": ops, "np": np, "json": json, "os": os, "x": x})
+    with ops.scratch(work / "count.scratch"):  # as the library process builds it (nothing is written)
+        result = eval(case.library_call(), {"ops": ops, "np": np, "json": json, "os": os, "x": x})
     if not all(map(zarr_regular, result.chunks)):
         result = result.rechunk(tuple(max(c) for c in result.chunks))
     z = zarr.create_array(zarr.storage.MemoryStore(), shape=result.shape,

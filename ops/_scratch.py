@@ -8,6 +8,11 @@ every worker can reach (a local directory on one machine, or an fsspec URL such 
 ``s3://bucket/tmp`` on a cluster) and keeps only barrier tasks between the stages: tasks and
 graph edges grow linearly with the blocks, and a task holds about one block.
 
+BatchToSpaceND with the batch axis chunked is a smaller exchange: each output block takes a
+part of one chunk of each of the P groups. Where a task cannot hold those P chunks, its
+chunks go through the scratch store too: each is read once and cut into its parts there
+(ops/space_batch/through_scratch.py), instead of being read (decoded, downloaded) P times.
+
 Given to GatherNd as its ``scratch=`` argument (the service and the command line pass each
 job's own), or for code that cannot pass it, set around the call with ``ops.scratch``::
 
@@ -172,6 +177,18 @@ class Scratch:
         with self._missing():
             return fs.cat_ranges([self.path(n) for n in names], list(starts), list(stops), on_error="raise")
 
+    def remove_files(self, names: list[str]) -> None:
+        """Remove the files ``names``; those already gone are ignored."""
+        fs, _ = self._fs_root
+        paths = [self.path(name) for name in names]
+        if self.local:
+            for path in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+        elif paths:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(paths)
+
     @contextlib.contextmanager
     def _missing(self):
         try:
@@ -275,10 +292,15 @@ def scratch(url, storage_options: Mapping | None = None):
     ``array.chunk-size`` is an all-to-all: with a scratch store its gathered rows go through
     files there, and its graph stays linear in the blocks with about one block per task;
     without one they go through worker memory, exchanged between groups of blocks (a
-    graph linear in the blocks too, but a group's task holds its share of the rows). The store is read when the graph is built, so build inside the block (computing
-    may happen later). Every worker must reach it: a local directory on one machine, or an
-    fsspec URL (``s3://bucket/tmp``) on a cluster. A finished gather removes its own files;
-    a failed one leaves them under ``<url>/gather_nd-*``.
+    graph linear in the blocks too, but a group's task holds its share of the rows).
+    BatchToSpaceND of a chunked batch axis read from Zarr, whose P chunks per output block
+    do not fit in a task together, reads each chunk once and passes its parts through files
+    there, instead of reading each chunk P times. The store is read when the graph is built,
+    so build inside the block (computing may happen later). Every worker must reach it: a
+    local directory on one machine, or an fsspec URL (``s3://bucket/tmp``) on a cluster. A
+    finished gather removes its own files, and each BatchToSpaceND output block the files of
+    its parts; a failed run leaves them under ``<url>/gather_nd-*`` or as
+    ``<url>/batch_to_space_nd-*``.
 
     Parameters
     ----------

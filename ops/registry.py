@@ -24,6 +24,7 @@ import numpy as np
 import xarray as xr
 from pydantic import BaseModel
 
+from ops import _scratch
 from ops.accessor.conventions import cf_encoding, name_of
 from ops.accessor.named_calls import NAMED_DIMS
 from ops.dequant import ascend_dequant, pack_deq_scale
@@ -67,8 +68,6 @@ class Operator:
         Whether DataArray inputs go through the ``.ops`` accessor (dims by name, ``dims=``).
     roles : callable
         ``roles(kwargs, ndim) -> tuple[str, ...]``: dim names for a plain result.
-    takes_scratch : bool
-        Whether the function takes a ``scratch`` store for its intermediate files (GatherNd).
     moves_values : bool
         Whether the result holds the input's values moved about (rearrangements, gathers), so
         that it keeps the input's CF packing; AscendDequant computes new values.
@@ -85,7 +84,6 @@ class Operator:
     roles: Callable
     accepts_dims: bool = True
     scalar_inputs: tuple[str, ...] = ()
-    takes_scratch: bool = False
     moves_values: bool = True
     literal: Callable | None = None
     keywords: tuple[str, ...] = field(init=False)
@@ -144,8 +142,7 @@ OPERATORS: dict[str, Operator] = {
                  _batch_roles),
         Operator("batch_to_space_nd", batch_to_space_nd, BatchToSpaceNDParams, ("x",), "BatchToSpaceND",
                  _batch_roles),
-        Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd", _gather_roles,
-                 takes_scratch=True),
+        Operator("gather_nd", gather_nd, GatherNdParams, ("params", "indices"), "GatherNd", _gather_roles),
         # No dims input: the accessor's dequant finds the columns from the scale's dim names.
         Operator("ascend_dequant", ascend_dequant, AscendDequantParams, ("src", "deq_scale"), "AscendDequant",
                  _dequant_roles, accepts_dims=False, scalar_inputs=("deq_scale",), moves_values=False,
@@ -218,12 +215,18 @@ class BoundCall:
         DataArray inputs whose dims the ``.ops`` accessor recognises (or that come with
         ``dims``) go through the accessor, so dims are matched by name and coordinates and
         attrs are kept; anything else runs the plain function positionally and the result gets
-        the dim names of the operator's roles. ``scratch`` reaches only the operators that
-        take one (GatherNd's intermediate files).
+        the dim names of the operator's roles. ``scratch``: where the plans that move data
+        out of band write their intermediate files (GatherNd's exchange, BatchToSpaceND's
+        parts), set for the graph's build as ``ops.scratch`` sets it.
         """
+        if scratch is None:
+            return self._run()
+        store = _scratch.as_scratch(scratch)
+        with _scratch.scratch(store.url, store.storage_options):
+            return self._run()
+
+    def _run(self) -> xr.DataArray:
         op, kwargs = self.op, dict(self.kwargs)
-        if scratch is not None and op.takes_scratch:
-            kwargs["scratch"] = scratch
         if op.name in NAMED_DIMS:
             named = NAMED_DIMS[op.name](self.arrays, dict(kwargs), self.dims)
             if named is not None:
@@ -312,8 +315,9 @@ def apply(name: str, arrays: Mapping[str, object], kwargs: Mapping[str, object],
     dims : mapping, optional
         Role -> dim name (``{"H": "row", ...}``), as the accessor's ``dims=``.
     scratch : str, mapping or ops._scratch.Scratch, optional
-        Where an operator that takes one (GatherNd) writes its intermediate files; the
-        others ignore it, so a caller may pass its job's scratch to any operator.
+        Where the plans that move data out of band (GatherNd's exchange, BatchToSpaceND's
+        parts) write their intermediate files; the other plans ignore it, so a caller may
+        pass its job's scratch to any operator.
 
     Returns
     -------

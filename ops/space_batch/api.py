@@ -240,7 +240,9 @@ def batch_to_space_nd(x, block_shape, crops):
     -------
     numpy.ndarray or dask.array.Array
         ``[B, x.shape[i+1]*block_shape[i] - before_i - after_i..., rest...]``, same dtype.
-        Dask in: lazy; each output block interleaves one block of every group.
+        Dask in: lazy; each output block interleaves one block of every group. Read from
+        Zarr with large chunks, each chunk is read once through the scratch store of
+        ``ops.scratch`` when one is set (docs/operators.md, BatchToSpaceND's Dask section).
 
     Raises
     ------

@@ -25,12 +25,13 @@ import dataclasses
 import itertools
 import math
 import operator
+import uuid
 
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from ops import _block_reads, _chunks, _fused_stores, _lazy, _lazy_layer
+from ops import _block_reads, _chunks, _fused_stores, _lazy, _lazy_layer, _scratch
 from ops._lazy_layer import static
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
@@ -52,6 +53,7 @@ from ops.space_batch.plan import (
     _shifted_rows,
     batch_to_space_nd_chunks,
 )
+from ops.space_batch.graph_batch_to_space_scratch import scratch_tasks
 
 
 def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.Array:
@@ -60,9 +62,14 @@ def _build_batch_to_space_nd(x: da.Array, block_shape, crops, out_shape) -> da.A
     strategy = _choose_batch_to_space(plan)
     if strategy is _build_batch_to_space_blockwise:
         return strategy(plan)
+    if strategy is _batch_to_space_scratch_tasks:
+        # Files of their own for this graph: two graphs of the same call never share them.
+        prefix = f"batch_to_space_nd-{plan.token[:16]}-{uuid.uuid4().hex[:12]}"
+        plan = dataclasses.replace(plan, token=tokenize(plan.token, plan.scratch.url, prefix), scratch_prefix=prefix)
     # The other strategies' tasks are made when the graph is materialised (``LazyLayer``),
     # from the plan with the input as its name, chunks and dtype (not the array and its graph).
-    shifted = strategy in (_batch_to_space_single_shifted_tasks, _batch_to_space_shifted_tasks)
+    shifted = strategy in (_batch_to_space_single_shifted_tasks, _batch_to_space_shifted_tasks) or (
+        strategy is _batch_to_space_scratch_tasks and plan.shifted is not None)
     chunks = plan.shifted_chunks if shifted else plan.out_chunks
     lite = dataclasses.replace(plan, x=_Input.of(plan.x))
     return _lazy_array(plan.name, chunks, plan.x, plan.source, strategy, lite)
@@ -85,6 +92,9 @@ class _BatchToSpacePlan:
     shifted_chunks: tuple | None  #: the output chunks of ``shifted``
     #: how many output blocks a bundle makes from one read of its P chunks (``_bundle_blocks``)
     bundle_blocks: int
+    crops: tuple  #: the call's, per spatial axis (before, after)
+    scratch: _scratch.Scratch | None  #: the scratch store set for the call (``ops.scratch``)
+    scratch_prefix: str | None = None  #: the names of this graph's files in ``scratch``
 
     @classmethod
     def of(cls, x: da.Array, block_shape, crops, out_shape) -> _BatchToSpacePlan:
@@ -131,7 +141,7 @@ class _BatchToSpacePlan:
         # Decided here, with the configuration of the call: the tasks are made later.
         bundle_blocks = _bundle_blocks(math.prod(block_shape), _largest_block_bytes(x))
         return cls(x, block_shape, source, pieces, in_chunks, kept, out_chunks, local_crops, token, shifted,
-                   shifted_chunks, bundle_blocks)
+                   shifted_chunks, bundle_blocks, tuple(map(tuple, crops)), _scratch.configured())
 
     @property
     def name(self) -> str:
@@ -193,8 +203,9 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
     first kept row, else a blockwise map when every input block is kept, else a task per
     block. With it chunked: bundles when x's source is read and a bundle makes at least two
     of its output blocks (P, if fewer) from one read of its chunks (``_bundle_blocks``)
-    (shifted bundles when the output is counted from the first kept row), else a task per
-    block reading one block of each group.
+    (shifted bundles when the output is counted from the first kept row); else, when x's
+    source is read and a scratch store is set, each chunk read once and its parts exchanged
+    through the store; else a task per block reading one block of each group.
     """
     if plan.single and plan.unsplit and plan.shifted is not None:
         return _batch_to_space_single_shifted_tasks
@@ -217,6 +228,10 @@ def _choose_batch_to_space(plan: _BatchToSpacePlan):
         return _batch_to_space_shifted_tasks
     if bundled:
         return _batch_to_space_bundles_tasks
+    # Reading each chunk P times costs P decodes (or downloads) of it; a scratch store costs
+    # one, and a write and a read of its bytes, uncompressed (through_scratch.py).
+    if plan.source is not None and plan.scratch is not None and all(n for n in plan.x.shape[1:]):
+        return _batch_to_space_scratch_tasks
     return _batch_to_space_groups_tasks
 
 
@@ -279,6 +294,15 @@ def _batch_to_space_bundles_tasks(plan: _BatchToSpacePlan) -> dict:
         for position, (index, _, _) in enumerate(outputs):
             layer[(plan.name, *index)] = (operator.getitem, key, position)
     return layer
+
+
+def _batch_to_space_scratch_tasks(plan: _BatchToSpacePlan) -> dict:
+    """A task per input chunk reads it once and writes the part of it each output block takes
+    to a file of its own in the scratch store; a task per output block reads its parts back
+    and removes them (``graph_batch_to_space_scratch``). With a crop before the first row,
+    the output blocks are counted from the first kept row (Zarr chunks as they are)."""
+    chunks = plan.out_chunks if plan.shifted is None else plan.shifted_chunks
+    return scratch_tasks(plan, chunks, plan.crops)
 
 
 def _batch_to_space_single_shifted_tasks(plan: _BatchToSpacePlan) -> dict:

@@ -277,6 +277,36 @@ def test_a_large_gather_on_an_external_cluster_puts_its_scratch_beside_the_outpu
     assert url.startswith(f"s3://{BUCKET}/{workspace}/.picked.zarr.scratch-"), url
 
 
+def test_batch_to_space_on_an_external_cluster_passes_its_parts_through_a_prefix_beside_the_output(
+        scheduler, s3_env, bucket, workspace, capsys, monkeypatch):
+    """With no room for a bundle of its 4 chunks (array.chunk-size lowered to 1 KiB), each
+    chunk is downloaded once and its parts go through the run's scratch prefix in the bucket,
+    written and read by the workers and removed by them."""
+    graphs = sys.modules["ops.space_batch.graph_batch_to_space"]
+    chosen = []
+    choose = graphs._choose_batch_to_space
+
+    def recording(plan):
+        strategy = choose(plan)
+        chosen.append((strategy.__name__, plan.scratch and plan.scratch.url))
+        return strategy
+
+    monkeypatch.setattr(graphs, "_choose_batch_to_space", recording)
+    batch = RNG.standard_normal((4, 8, 6, 3), dtype=np.float32)
+    crops = [[1, 0], [0, 1]]
+    source = put_array(s3_env, f"{workspace}/batch.zarr", batch, (1, 4, 6, 3))
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        code, _, err = main(capsys, "batch_to_space_nd", "--input", source, "--param", "block_shape=[2,2]",
+                            "--param", f"crops={crops}".replace(" ", ""),
+                            "--output", f"s3://{BUCKET}/{workspace}/space.zarr", "--quiet", "--scheduler", scheduler)
+    assert code == 0, err
+    assert_same(read_output(s3_env, f"{workspace}/space.zarr", "result").values,
+                ops.batch_to_space_nd(batch, [2, 2], crops))
+    assert [name for name, _ in chosen] == ["_batch_to_space_scratch_tasks"], chosen
+    assert chosen[0][1].startswith(f"s3://{BUCKET}/{workspace}/.space.zarr.scratch-"), chosen
+    assert not [p for p in objects(bucket, workspace) if "/." in p]  # no scratch or build prefix left
+
+
 # --- refusals, before anything is scheduled -------------------------------------------------
 
 

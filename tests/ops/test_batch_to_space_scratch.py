@@ -1,0 +1,135 @@
+"""BatchToSpaceND through a scratch store: with the batch axis chunked and no room for a bundle
+of P chunks, each source chunk is read once and the parts of it that output blocks take go
+through files (ops/space_batch/through_scratch.py), instead of each chunk being read P times."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ops
+from ops import registry
+from ops._chunks import zarr_regular
+from tests.helpers import assert_same
+from tests.ops.test_plans_and_graphs import _counted_zarr_of, _layer_reads
+
+
+def _files(path) -> list[str]:
+    return sorted(p.name for p in path.iterdir()) if path.exists() else []
+
+
+@pytest.mark.smoke
+def test_each_chunk_is_read_once_and_its_parts_go_through_the_scratch_store(tmp_path):
+    # Four 256-byte chunks (float32 [1, 4, 8, 2]), one per group, feed four output blocks; with
+    # a 1 KiB chunk size no bundle fits, and without a scratch store each output block reads
+    # its quarter of the 4 chunks (every chunk decoded 4 times).
+    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    expected = ops.batch_to_space_nd(values, [2, 2], [[0, 0], [0, 0]])
+    scratch = tmp_path / "scratch"
+    x, store = _counted_zarr_of(values, (1, 4, 8, 2))
+    with dask.config.set({"array.chunk-size": "1KiB"}), ops.scratch(scratch):
+        y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    assert not _layer_reads(y, "-bundle-")
+    splits = _layer_reads(y, "-split-")
+    assert all(len(r) == 1 for r in splits.values())
+    assert sorted(r[0][2] for r in splits.values()) == sorted(  # each chunk whole, by one split
+        tuple(slice(a, a + n) for a, n in zip(k, (1, 4, 8, 2))) for k in [(g, 4 * r, 0, 0) for g in range(4) for r in range(4)])
+    assert not _files(scratch)  # nothing is written before the graph runs
+    for scheduler in ("sync", "threads"):
+        store.reads.clear()
+        assert_same(y.compute(scheduler=scheduler), expected)
+        assert len(store.reads) == x.npartitions and set(store.reads.values()) == {1}, store.reads
+        assert not _files(scratch), _files(scratch)  # every part removed by the block that took it
+    # The scratch store as given to the registry (the service's and the command line's door).
+    with dask.config.set({"array.chunk-size": "1KiB"}):
+        named = registry.apply("batch_to_space_nd", {"x": x}, {"block_shape": [2, 2], "crops": [[0, 0], [0, 0]]},
+                               scratch={"url": str(scratch)})
+        plain = registry.apply("batch_to_space_nd", {"x": x}, {"block_shape": [2, 2], "crops": [[0, 0], [0, 0]]})
+    assert [k for k in dict(named.data.__dask_graph__()) if "-split-" in str(k[0])]
+    assert not [k for k in dict(plain.data.__dask_graph__()) if "-split-" in str(k[0])]
+    assert_same(named.values, expected)
+    assert dask.config.get("chunked-tensor-ops.scratch", None) is None  # set for the build only
+
+
+def test_the_plan_is_taken_only_where_the_chunks_would_be_read_more_than_once(tmp_path):
+    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    x, _ = _counted_zarr_of(values, (1, 4, 8, 2))
+    with ops.scratch(tmp_path):
+        with dask.config.set({"array.chunk-size": "2KiB"}):  # a bundle of the 4 chunks fits: read once
+            bundled = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+        with dask.config.set({"array.chunk-size": "1KiB"}):
+            computed = ops.batch_to_space_nd(x + 0, [2, 2], [[0, 0], [0, 0]])  # blocks computed once anyway
+            single = ops.batch_to_space_nd(_counted_zarr_of(values, (4, 4, 8, 2))[0], [2, 2], [[0, 0], [0, 0]])
+    assert _layer_reads(bundled, "-bundle-") and not _layer_reads(bundled, "-split-")
+    for y in (computed, single):
+        assert not [k for k in dict(y.__dask_graph__()) if "-split-" in str(k[0])]
+    for y in (bundled, computed, single):
+        assert_same(y.compute(), ops.batch_to_space_nd(values, [2, 2], [[0, 0], [0, 0]]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    block=st.sampled_from([[2], [3], [2, 2], [1, 3], [2, 1, 2]]),
+    batch=st.integers(1, 2),
+    row_chunk=st.integers(1, 4),
+    crop=st.data(),
+    size=st.sampled_from(["64B", "256B", "1KiB"]),
+)
+def test_through_scratch_equals_the_numpy_kernel(tmp_path_factory, block, batch, row_chunk, crop, size):
+    # Any block shape, a batch chunked per image, spatial chunks of any size (split further
+    # where the plan's chunks are smaller: a split reads its source chunk whole), any crops.
+    m = len(block)
+    spatial = [4 * b for b in block]
+    shape = (int(np.prod(block)) * batch, *spatial, 3)
+    values = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    crops = [[crop.draw(st.integers(0, n // 2)), crop.draw(st.integers(0, n // 2 - 1))] for n in spatial]
+    scratch = tmp_path_factory.mktemp("scratch")
+    x, store = _counted_zarr_of(values, (1, *([row_chunk] * m), 3))
+    with dask.config.set({"array.chunk-size": size}), ops.scratch(scratch):
+        y = ops.batch_to_space_nd(x, block, crops)
+    assert_same(y.compute(scheduler="threads"), ops.batch_to_space_nd(values, block, crops))
+    if _layer_reads(y, "-split-"):
+        assert max(store.reads.values()) == 1, store.reads
+        assert all(map(zarr_regular, y.chunks)), y.chunks  # stored as it is, with no rechunk
+    assert not _files(scratch)
+
+
+def test_a_crop_before_the_first_row_keeps_the_blocks_zarr_chunks(tmp_path):
+    # Crops [[1, 1], [1, 1]] on two chunked spatial axes: the blocks are counted from the first
+    # kept row, so a block's box of each group lies across up to 2 x 2 chunks; still each chunk
+    # is read once and the blocks are regular.
+    values = np.arange(8 * 16 * 16 * 2, dtype=np.float32).reshape(8, 16, 16, 2)
+    crops = [[1, 1], [1, 1]]
+    x, store = _counted_zarr_of(values, (1, 4, 4, 2))
+    with dask.config.set({"array.chunk-size": "256B"}), ops.scratch(tmp_path):
+        y = ops.batch_to_space_nd(x, [2, 2], crops)
+    assert all(map(zarr_regular, y.chunks)) and y.chunks[1][0] == y.chunks[1][1], y.chunks
+    recipes = [task for key, task in dict(y.__dask_graph__()).items() if key[0] == y.name]
+    assert max(len(parts) for task in recipes for _, parts in _boxes(task)) == 4  # a corner of 2 x 2 chunks
+    assert_same(y.compute(scheduler="threads"), ops.batch_to_space_nd(values, [2, 2], crops))
+    assert len(store.reads) == x.npartitions and set(store.reads.values()) == {1}
+    assert not _files(tmp_path)
+
+
+def _boxes(task) -> list:
+    """The ``(shape, parts)`` per group of an output task (``batch_to_space_from_scratch``)."""
+    boxes = task.args[2] if hasattr(task, "args") else task[3]
+    return getattr(boxes, "value", boxes)
+
+
+def test_a_block_whose_parts_were_taken_names_the_store(tmp_path):
+    values = np.arange(4 * 8 * 8 * 2, dtype=np.float32).reshape(4, 8, 8, 2)
+    x, _ = _counted_zarr_of(values, (1, 4, 8, 2))
+    with dask.config.set({"array.chunk-size": "1KiB"}), ops.scratch(tmp_path):
+        y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    graph = dict(y.__dask_graph__())
+    y.compute(scheduler="sync")
+    # A block computed again after it took its parts (its worker died before the result was
+    # stored), its splits' results still held: the files are gone, and the error says so.
+    for key in [k for k in graph if "-split-" in str(k[0])]:
+        graph[key] = 4
+    with pytest.raises(FileNotFoundError, match="a scratch file under .* is missing"):
+        dask.get(graph, (y.name, 0, 0, 0, 0))
