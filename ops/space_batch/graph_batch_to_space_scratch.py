@@ -6,7 +6,7 @@ batch rows of that group, on each spatial axis the rows ``t`` with ``t*b + j - c
 block's output rows, on the other axes the block's own. A box may lie across several input
 chunks (a crop before the first row shifts the boxes off the chunk boundaries). Each input
 chunk is read once, by a split task that writes its intersection with every box to a file of
-its own; the output task reads the parts of its P boxes back, places them, and interleaves.
+its own; the output task copies each part of its P boxes straight to its place in the block.
 The output blocks can so have any chunks: the Zarr-regular ones counted from the first kept
 row when a crop would make the first block short (no rechunk to store the result).
 """

@@ -129,6 +129,29 @@ def batch_to_space_nd_kernel(batch, block_shape, crops) -> np.ndarray:
     return y
 
 
+def place_batch_part(y: np.ndarray, part: np.ndarray, offsets, j, block_shape, crops_before) -> None:
+    """Copy ``part`` of one group's batch rows into the BatchToSpaceND output ``y``.
+
+    ``part`` holds the group's rows from ``offsets`` on (on every axis) of the rows ``y``
+    takes of that group (``j``: the group's block offset on each spatial axis;
+    ``crops_before``: ``y``'s crop before its first row on each). Rows that the crops drop
+    are not copied; the part may lie in them entirely.
+    """
+    y_index = [slice(offsets[0], offsets[0] + part.shape[0])]
+    part_index = [slice(None)]
+    for axis, (b, crop, jj) in enumerate(zip(block_shape, crops_before, j), start=1):
+        space, rows = _lattice(y.shape[axis], crop, b, jj)
+        start = max(rows.start, offsets[axis])
+        stop = min(rows.stop, offsets[axis] + part.shape[axis])
+        if start >= stop:
+            return
+        first = start * b + jj - crop
+        y_index.append(slice(first, first + (stop - start - 1) * b + 1, b))
+        part_index.append(slice(start - offsets[axis], stop - offsets[axis]))
+    y_index += [slice(o, o + n) for o, n in zip(offsets[1 + len(block_shape) :], part.shape[1 + len(block_shape) :])]
+    copy_into(y[tuple(y_index)], part[tuple(part_index)])
+
+
 # ---------------------------------------------------------------------------------------------
 # SpaceToBatchND: what one task computes
 

@@ -6,8 +6,9 @@ With the batch axis chunked, an output block takes 1/P of one chunk of each of t
 and each of those chunks feeds P output blocks. Without a scratch store the plan either holds
 P chunks in one task (a bundle) or reads every chunk P times. Through a scratch store a split
 task reads a chunk once and writes the part each output block takes to a file of its own; an
-output task reads its P parts back, interleaves them and removes them. A task holds about one
-chunk, and the store holds the parts written and not yet taken (at most the input's size).
+output task reads its parts back one at a time, copies each to its place in the block
+(``kernel.place_batch_part``) and removes them. A task holds about one chunk, or one output
+block and one part, and the store holds the parts written and not yet taken (at most the input's size).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ops._scratch import Scratch
-from ops.space_batch.kernel import batch_to_space_nd_kernel
+from ops.space_batch.kernel import _space_shape, place_batch_part
 
 
 def split_to_scratch(chunk: np.ndarray, run: Scratch, parts) -> int:
@@ -36,18 +37,14 @@ def batch_to_space_from_scratch(written, run: Scratch, boxes, dtype, block_shape
     ``boxes``: ``(shape, parts)`` per group, each part ``(file name, shape, offsets in the
     box)``. ``written``: the results of the split tasks that wrote the parts (only waited on).
     """
-    groups = []
-    for shape, parts in boxes:
-        if len(parts) == 1:  # the box is one part (no crop shifting it across chunks)
-            (name, _, _), = parts
-            groups.append(np.frombuffer(run.read(name), dtype=dtype).reshape(shape))
-            continue
-        box = np.empty(shape, dtype)
-        for name, part_shape, offsets in parts:
-            where = tuple(slice(o, o + n) for o, n in zip(offsets, part_shape))
-            box[where] = np.frombuffer(run.read(name), dtype=dtype).reshape(part_shape)
-        groups.append(box)
-    out = batch_to_space_nd_kernel(groups, block_shape, crops)
+    box = boxes[0][0]  # every group's box has this shape; the P of them make the input
+    y = np.empty(_space_shape((box[0] * len(boxes), *box[1:]), block_shape, crops), dtype)
+    # Each part goes straight to its place in the block (no box assembled first), read one at
+    # a time: the task holds the block and one part.
+    for (_, parts), j in zip(boxes, np.ndindex(*block_shape)):
+        for name, shape, offsets in parts:
+            part = np.frombuffer(run.read(name), dtype=dtype).reshape(shape)
+            place_batch_part(y, part, offsets, j, block_shape, [before for before, _ in crops])
     # Each part is taken by this block alone: the store holds what is still to be taken.
     run.remove_files([name for _, parts in boxes for name, _, _ in parts])
-    return out
+    return y

@@ -4,6 +4,8 @@ through files (ops/space_batch/through_scratch.py), instead of each chunk being 
 
 from __future__ import annotations
 
+import itertools
+
 import dask
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 import ops
 from ops import registry
 from ops._chunks import zarr_regular
+from ops.space_batch import kernel
 from tests.helpers import assert_same
 from tests.ops.test_plans_and_graphs import _counted_zarr_of, _layer_reads
 
@@ -95,6 +98,39 @@ def test_through_scratch_equals_the_numpy_kernel(tmp_path_factory, block, batch,
         assert max(store.reads.values()) == 1, store.reads
         assert all(map(zarr_regular, y.chunks)), y.chunks  # stored as it is, with no rechunk
     assert not _files(scratch)
+
+
+def _batch_to_space_reference(x: np.ndarray, block, crops) -> np.ndarray:
+    """BatchToSpaceND as TensorFlow defines it: a reshape, a transpose, a reshape, a crop."""
+    m, batch = len(block), x.shape[0] // int(np.prod(block))
+    y = x.reshape(*block, batch, *x.shape[1:])
+    y = y.transpose(m, *(a for i in range(m) for a in (m + 1 + i, i)), *range(2 * m + 1, y.ndim))
+    y = y.reshape(batch, *(n * b for n, b in zip(x.shape[1 : 1 + m], block)), *x.shape[1 + m :])
+    return y[(slice(None), *(slice(lo, y.shape[1 + i] - hi) for i, (lo, hi) in enumerate(crops)))]
+
+
+@settings(max_examples=50, deadline=None)
+@given(block=st.sampled_from([[2], [3], [2, 2], [1, 3], [2, 1, 2]]), cuts=st.data())
+def test_parts_placed_one_by_one_make_the_block(block, cuts):
+    # An output task places each part of each group's rows where BatchToSpaceND puts it (no
+    # box assembled first); parts lying in cropped rows only are skipped.
+    batch = cuts.draw(st.integers(1, 3))
+    spatial = [cuts.draw(st.integers(1, 4)) for _ in block]
+    x = np.random.default_rng(1).standard_normal((int(np.prod(block)) * batch, *spatial, 2)).astype(np.float32)
+    crops = [sorted(cuts.draw(st.lists(st.integers(0, n * b // 2), min_size=2, max_size=2)))
+             for n, b in zip(spatial, block)]
+    crops = [[lo, min(hi, n * b - lo - 1)] for (lo, hi), n, b in zip(crops, spatial, block)]
+    expected = _batch_to_space_reference(x, block, crops)
+    y = np.full(expected.shape, np.nan, np.float32)
+    groups = x.reshape(-1, batch, *x.shape[1:])
+    for group, j in zip(groups, np.ndindex(*block)):
+        bounds = [sorted({0, n, *cuts.draw(st.lists(st.integers(1, max(1, n - 1)), max_size=2))})
+                  for n in group.shape]
+        for box in itertools.product(*(zip(b, b[1:]) for b in bounds)):
+            offsets = [lo for lo, _ in box]
+            part = group[tuple(slice(lo, hi) for lo, hi in box)]
+            kernel.place_batch_part(y, part, offsets, j, block, [lo for lo, _ in crops])
+    assert_same(y, expected)
 
 
 def test_a_crop_before_the_first_row_keeps_the_blocks_zarr_chunks(tmp_path):
