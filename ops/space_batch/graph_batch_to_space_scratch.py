@@ -85,4 +85,3 @@ def scratch_tasks(plan, out_chunks, crops) -> dict:
         layer[(plan.name, *index)] = (batch_to_space_from_scratch, written, run, static(recipe), x.dtype,
                                       static(block_shape), static(block_crops))
     return layer
-

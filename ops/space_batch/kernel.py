@@ -140,7 +140,7 @@ def place_batch_part(y: np.ndarray, part: np.ndarray, offsets, j, block_shape, c
     y_index = [slice(offsets[0], offsets[0] + part.shape[0])]
     part_index = [slice(None)]
     for axis, (b, crop, jj) in enumerate(zip(block_shape, crops_before, j), start=1):
-        space, rows = _lattice(y.shape[axis], crop, b, jj)
+        _, rows = _lattice(y.shape[axis], crop, b, jj)  # the group rows that y takes
         start = max(rows.start, offsets[axis])
         stop = min(rows.stop, offsets[axis] + part.shape[axis])
         if start >= stop:
