@@ -86,13 +86,17 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
     # chunk a second time for one row. The chunk's owner copies them out for it instead
     # (``_build_space_to_batch_owned_halos``).
     window_in_one_block = math.prod(max(map(len, axis)) for axis in reads) == 1
-    out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=window_in_one_block)
     if window_in_one_block:
+        out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=True)
         return _build_space_to_batch_region_reads, out_chunks, reads, stored
+    # Halos are read anyway: a last output chunk of a row or two (the padding's) is spread
+    # over the others, which Zarr then does not store as a chunk of its own, almost empty.
+    out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, absorb_tail=True)
+    out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=False, absorb_tail=True)
     return _build_space_to_batch_owned_halos, out_chunks, reads, stored
 
 
-def _merged(x: da.Array, block_shape, paddings, out_chunks, reads, *, region_reads: bool):
+def _merged(x: da.Array, block_shape, paddings, out_chunks, reads, *, region_reads: bool, absorb_tail: bool = False):
     """The plan (output chunks, reads) of windows: with the batch axis
     chunked, output blocks that span ``_merge`` input chunks on the first spatial axis (for
     region reads, when no input chunk is then read by two windows); else ``out_chunks``,
@@ -105,7 +109,7 @@ def _merged(x: da.Array, block_shape, paddings, out_chunks, reads, *, region_rea
     # read once anyway (by its owner; the halo rows go through edge tasks).
     merge = _merge(x, math.prod(block_shape)) if x.numblocks[0] > 1 else 1
     if merge > 1:
-        merged_chunks, merged_reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, merge)
+        merged_chunks, merged_reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, merge, absorb_tail)
         if not region_reads or _each_chunk_read_once(merged_reads):
             return merged_chunks, merged_reads
     return out_chunks, reads

@@ -30,7 +30,8 @@ from ops import _chunks, _limits
 # SpaceToBatchND
 
 
-def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int, merge: int = 1) -> list[int]:
+def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int, merge: int = 1,
+               absorb_tail: bool = False) -> list[int]:
     """Output chunk boundaries on one spatial axis of SpaceToBatchND: regular chunks of
     max(input chunk) // b batch-side rows (Zarr stores need regular chunks; anything else
     makes ``to_zarr`` rechunk the whole output), or one chunk for an axis in one chunk.
@@ -38,11 +39,33 @@ def _axis_cuts(chunks: tuple[int, ...], b: int, before: int, after: int, merge: 
     Batch-side row t holds padded rows [t*b, (t+1)*b), i.e. space rows [t*b - before, ...),
     so an output chunk reads the input rows under it: with input chunks that are multiples
     of b, its own input block and a few rows of the neighbouring one (a halo), wherever the
-    padding puts the window, and nothing for a chunk of padding only.
+    padding puts the window, and nothing for a chunk of padding only. ``absorb_tail``: chunks
+    a few rows larger where the last one would otherwise be a sliver (``_absorbing_tail``).
     """
     total = (sum(chunks) + before + after) // b
     size = _output_chunk(chunks, b, total, merge)
+    if absorb_tail and len(chunks) > 1:
+        size = _absorbing_tail(size, total, max(chunks) // b)
     return [*range(0, total, size), total]
+
+
+def _absorbing_tail(size: int, total: int, chunk_rows: int) -> int:
+    """The output chunk ``size`` (batch-side rows) grown by the fewest rows that spread a
+    sliver of a last chunk (under a quarter of ``size``) over the chunks before it.
+
+    Zarr stores every chunk whole, a last chunk of one row too: writing it costs about half
+    of writing a full chunk, and padding by one block makes such a row on every padded axis.
+    Grown chunks drift off the input chunks by the added rows, one window more each, and the
+    halos grow with the drift: only while it stays within a quarter of an input chunk
+    (``chunk_rows``, in batch-side rows).
+    """
+    windows, tail = divmod(total, size)
+    if windows == 0 or tail == 0 or 4 * tail >= size:
+        return size
+    grow = -(-tail // windows)
+    if 4 * (windows - 1) * grow > chunk_rows:
+        return size
+    return size + grow
 
 
 def _output_chunk(chunks, b: int, total: int, merge: int = 1) -> int:
@@ -103,13 +126,14 @@ def _check_space_to_batch_size(chunks, block_shape, paddings, merge: int) -> Non
     _limits.check("space_to_batch_nd", blocks, tasks, "give the input larger chunks, or less padding")
 
 
-def space_to_batch_nd_chunks(chunks, block_shape, paddings, merge: int = 1):
+def space_to_batch_nd_chunks(chunks, block_shape, paddings, merge: int = 1, absorb_tail: bool = False):
     """Plan: (output chunks, reads): ``reads[i][k]`` lists the input pieces of output chunk k
     of spatial axis i (see ``_axis_reads``); an empty list is a block of padding only, a
     zero block that reads nothing.
 
     The input keeps its chunks; the output's spatial chunks are regular (``_axis_cuts``), on
-    the first spatial axis the rows of ``merge`` input chunks.
+    the first spatial axis the rows of ``merge`` input chunks; with ``absorb_tail``, a few
+    rows larger where the last chunk would be a sliver (for plans that read halos anyway).
     The batch axis: one chunk of P*B when the input's batch axis is one chunk (one output
     block per input block, all P offsets in it), else the input's batch chunks repeated for
     each of the P groups.
@@ -120,7 +144,7 @@ def space_to_batch_nd_chunks(chunks, block_shape, paddings, merge: int = 1):
     out, reads = list(chunks), []
     out[0] = (sum(chunks[0]) * groups,) if len(chunks[0]) == 1 else chunks[0] * groups
     for i, (b, (before, after)) in enumerate(zip(block_shape, paddings)):
-        cuts = _axis_cuts(chunks[1 + i], b, before, after, merge if i == 0 else 1)
+        cuts = _axis_cuts(chunks[1 + i], b, before, after, merge if i == 0 else 1, absorb_tail)
         out[1 + i] = tuple(t1 - t0 for t0, t1 in zip(cuts, cuts[1:])) or (0,)
         reads.append(tuple(_axis_reads(chunks[1 + i], b, before, cuts)) or ((),))
     return tuple(out), tuple(reads)

@@ -602,10 +602,10 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     # SMALL_RESULT_BYTES; a small window's neighbours cut them out of its result themselves); a
     # window never waits for another window, and no block key of x is in the graph. With W in
     # two chunks the halos are 2-D (a corner comes from a diagonal neighbour).
-    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
-    expected = ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]])
+    # (32 rows: with 16, one window of 9 rows would take every chunk, and there is no halo.)
+    tall = np.arange(4 * 32 * 8 * 2, dtype=np.float32).reshape(4, 32, 8, 2)
     for chunks, small in itertools.product([(1, 4, 8, 2), (1, 4, 4, 2)], [True, False]):
-        x = da.from_zarr(_zarr_of(values, chunks))
+        x = da.from_zarr(_zarr_of(tall, chunks))
         y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
         with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
             windows = _layer_reads(y, "-window-")
@@ -621,8 +621,10 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
         assert halo_takers  # some windows take halos: from edge tasks, or from windows whole
         for key in windows:  # a window depends on the source only
             assert not [d for d in get_dependencies(graph, key) if isinstance(d, tuple)], key
-        assert_same(result, expected)
+        assert_same(result, ops.space_to_batch_nd(tall, [2, 2], [[1, 1], [1, 1]]))
     # Merged windows with a halo too: a window takes two whole blocks and an edge of a third.
+    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    expected = ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]])
     z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(1, 4, 8, 2), dtype=values.dtype)
     z[:] = values
     x = da.from_zarr(z)
@@ -664,3 +666,31 @@ def test_object_store_sources():
     y = ops.space_to_batch_nd(x, [2, 2], [[0, 0], [0, 0]])  # each chunk read once, from the store
     regions = [tuple((s.start, s.stop) for s in r[2]) for rs in _layer_reads(y, "-all-").values() for r in rs]
     assert len(regions) == len(set(regions)) == x.npartitions
+
+
+def test_padded_space_to_batch_spreads_a_sliver_of_a_last_chunk_over_the_others():
+    # Padding by one block adds one batch-side row per padded axis: with windows aligned to the
+    # chunks the last output chunk would be that row alone, which Zarr stores as a whole chunk.
+    # A halo plan grows its chunks by a row instead while the drift off the input chunks stays
+    # within a quarter of a chunk; each chunk is still read once, and the values are the kernel's.
+    values = np.random.default_rng(3).standard_normal((1, 48, 32, 3)).astype(np.float32)
+    z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(1, 16, 16, 3), dtype=np.float32)
+    z[:] = values
+    x = da.from_zarr(z)
+    for pad_value in (0, 2.5):
+        y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]], pad_value)
+        assert y.chunks[1:3] == ((9, 9, 7), (9, 8))  # not (8, 8, 8, 1) and (8, 8, 1)
+        owned = [tuple((s.start, s.stop) for s in r[2]) for rs in _layer_reads(y, "-window-").values() for r in rs]
+        assert len(owned) == len(set(owned)) == x.npartitions
+        assert_same(y.compute(), ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]], pad_value))
+        stored = zarr.create_array(zarr.storage.MemoryStore(), shape=y.shape, chunks=[c[0] for c in y.chunks],
+                                   dtype=np.float32)
+        with ops.fusing_stores():
+            da.store(y, stored, lock=False)
+        assert_same(stored[:], ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]], pad_value))
+    # Many small chunks: spreading the row would drift the last windows a whole chunk away.
+    many = da.from_zarr(zarr.create_array(zarr.storage.MemoryStore(), shape=(1, 64, 8, 1), chunks=(1, 4, 4, 1),
+                                          dtype=np.float32, fill_value=0))
+    assert ops.space_to_batch_nd(many, [2, 2], [[1, 1], [1, 1]]).chunks[1] == (2,) * 16 + (1,)
+    # Without a halo the windows stay on the chunks (region reads), the padding row its own chunk.
+    assert ops.space_to_batch_nd(x, [2, 2], [[0, 2], [0, 0]]).chunks[1] == (8, 8, 8, 1)
