@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import distributed.gc
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -16,6 +17,14 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# distributed's schedulers and workers register a garbage-collection timing callback when they
+# start and remove it when they close, from their event loop's thread. An in-process cluster
+# doing so while another thread is inside a full collection hands the callback a "stop"
+# without its "start", and its AssertionError surfaces as an unraisable-exception error in
+# whichever test runs then. Registered once here, before any cluster thread exists, the
+# callback stays for the session and later starts and closes only count its users.
+distributed.gc.enable_gc_diagnosis()
 
 # The modules that take longest (servers, clusters and processes they start), first: `make
 # test` hands whole modules to its processes in this order, and a long one handed out last
