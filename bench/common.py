@@ -154,11 +154,17 @@ def wait_until(what: str, ready: Callable[[], object], procs: Processes, timeout
 
 
 def commit() -> str:
-    """The checkout's short commit, with "+changes" when its tracked files differ from it."""
+    """The checkout's short commit, with "+changes" when its tracked files differ from it.
+
+    What the benchmarks themselves write (this file of results, its history, their plots) is
+    not a change of the code measured: a run that plots before it records would otherwise
+    always say "+changes".
+    """
+    own_output = [":(exclude)bench/RESULTS.md", ":(exclude)bench/history", ":(exclude,glob)bench/*.png"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", *own_output], cwd=ROOT).returncode != 0
     except (OSError, subprocess.CalledProcessError):
         return "not recorded"
     return head + ("+changes" if dirty else "")
