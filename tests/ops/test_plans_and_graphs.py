@@ -688,9 +688,10 @@ def test_padded_space_to_batch_spreads_a_sliver_of_a_last_chunk_over_the_others(
         with ops.fusing_stores():
             da.store(y, stored, lock=False)
         assert_same(stored[:], ops.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]], pad_value))
-    # Many small chunks: spreading the row would drift the last windows a whole chunk away.
-    many = da.from_zarr(zarr.create_array(zarr.storage.MemoryStore(), shape=(1, 64, 8, 1), chunks=(1, 4, 4, 1),
+    # Many chunks: spreading the row over 16 windows of 8 would drift the last ones 15 rows,
+    # past a quarter of a chunk (2 of its 8 batch-side rows), so the sliver stays.
+    many = da.from_zarr(zarr.create_array(zarr.storage.MemoryStore(), shape=(1, 256, 8, 1), chunks=(1, 16, 4, 1),
                                           dtype=np.float32, fill_value=0))
-    assert ops.space_to_batch_nd(many, [2, 2], [[1, 1], [1, 1]]).chunks[1] == (2,) * 16 + (1,)
+    assert ops.space_to_batch_nd(many, [2, 2], [[1, 1], [1, 1]]).chunks[1] == (8,) * 16 + (1,)
     # Without a halo the windows stay on the chunks (region reads), the padding row its own chunk.
     assert ops.space_to_batch_nd(x, [2, 2], [[0, 2], [0, 0]]).chunks[1] == (8, 8, 8, 1)
