@@ -32,6 +32,7 @@ import bisect
 import contextlib
 import functools
 import json
+import mmap
 import os
 import tempfile
 import uuid
@@ -168,6 +169,21 @@ class Scratch:
         fs, _ = self._fs_root
         with self._missing():
             return fs.cat_file(self.path(name))
+
+    def read_view(self, name: str):
+        """The bytes of ``name`` as a read-only buffer: a local file mapped into memory (no copy
+        made; a task that copies the bytes on to their place reads them once), else ``read``."""
+        if not self.local:
+            return self.read(name)
+        with self._missing(), open(self.path(name), "rb") as f:
+            if not os.fstat(f.fileno()).st_size:
+                return b""  # an empty file cannot be mapped
+            # A scratch file is never changed in place (a rewrite replaces it and a removal
+            # unlinks it), so the mapping keeps the bytes it was made with. MAP_POPULATE (Linux)
+            # maps its pages at once, where faulting them in one by one costs as much as the copy.
+            if hasattr(mmap, "MAP_POPULATE"):
+                return mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def read_ranges(self, names: list[str], starts: list[int], stops: list[int]) -> list[bytes]:
         """Byte ranges [start, stop) of several files (concurrent requests on an object store)."""

@@ -43,7 +43,7 @@ def batch_to_space_from_scratch(written, run: Scratch, boxes, dtype, block_shape
     # a time: the task holds the block and one part.
     for (_, parts), j in zip(boxes, np.ndindex(*block_shape)):
         for name, shape, offsets in parts:
-            part = np.frombuffer(run.read(name), dtype=dtype).reshape(shape)
+            part = np.frombuffer(run.read_view(name), dtype=dtype).reshape(shape)
             place_batch_part(y, part, offsets, j, block_shape, [before for before, _ in crops])
     # Each part is taken by this block alone: the store holds what is still to be taken.
     run.remove_files([name for _, parts in boxes for name, _, _ in parts])

@@ -169,3 +169,27 @@ def test_a_block_whose_parts_were_taken_names_the_store(tmp_path):
         graph[key] = 4
     with pytest.raises(FileNotFoundError, match="a scratch file under .* is missing"):
         dask.get(graph, (y.name, 0, 0, 0, 0))
+
+
+def test_a_local_part_is_mapped_not_copied_and_outlives_its_file(tmp_path):
+    """The output tasks map local part files (one copy, from the page cache to the block's
+    place): the mapping holds the bytes the file was written with, a removed or rewritten file
+    leaves it intact, and an empty or missing file reads as it does through ``read``."""
+    import mmap
+
+    from ops._scratch import Scratch
+
+    run = Scratch(str(tmp_path / "run"))
+    values = np.arange(1000, dtype=np.float64)
+    run.write("part", memoryview(values).cast("B"))
+    run.write("empty", b"")
+    view = run.read_view("part")
+    assert isinstance(view, mmap.mmap)
+    part = np.frombuffer(view, dtype=np.float64)
+    assert not part.flags.writeable
+    run.write("part", memoryview(-values).cast("B"))  # a task run twice replaces its file whole
+    run.remove_files(["part"])
+    assert_same(part, values)
+    assert run.read_view("empty") == run.read("empty") == b""
+    with pytest.raises(FileNotFoundError, match=r"a scratch file under .* is missing .*compute it again"):
+        run.read_view("part")
