@@ -180,7 +180,7 @@ class Scratch:
                 return b""  # an empty file cannot be mapped
             # A scratch file is never changed in place (a rewrite replaces it and a removal
             # unlinks it), so the mapping keeps the bytes it was made with. MAP_POPULATE (Linux)
-            # maps its pages at once, where faulting them in one by one costs as much as the copy.
+            # maps all its pages in the one call instead of a fault per page on first touch.
             if hasattr(mmap, "MAP_POPULATE"):
                 return mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

@@ -5,6 +5,7 @@ through files (ops/space_batch/through_scratch.py), instead of each chunk being 
 from __future__ import annotations
 
 import itertools
+import mmap
 
 import dask
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import ops
 from ops import registry
 from ops._chunks import zarr_regular
+from ops._scratch import Scratch
 from ops.space_batch import kernel
 from tests.helpers import assert_same
 from tests.ops.test_plans_and_graphs import _counted_zarr_of, _layer_reads
@@ -175,10 +177,6 @@ def test_a_local_part_is_mapped_not_copied_and_outlives_its_file(tmp_path):
     """The output tasks map local part files (one copy, from the page cache to the block's
     place): the mapping holds the bytes the file was written with, a removed or rewritten file
     leaves it intact, and an empty or missing file reads as it does through ``read``."""
-    import mmap
-
-    from ops._scratch import Scratch
-
     run = Scratch(str(tmp_path / "run"))
     values = np.arange(1000, dtype=np.float64)
     run.write("part", memoryview(values).cast("B"))
