@@ -20,7 +20,8 @@ written by the task that makes a block, into its padding cells. The strategies:
 
 With the batch axis chunked, a window spans as many blocks of the first spatial axis as fit
 in a quarter of ``array.chunk-size``, so output blocks are not 1/P of an input block (with
-region reads, when no chunk is then read by two windows).
+region reads, when no chunk is then read by two windows). The strategies with halos spread a
+last window of a padding row or two over the windows before it (``plan._absorbing_tail``).
 """
 
 from __future__ import annotations
@@ -76,8 +77,11 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
     stored = _block_reads.BlockReads.of(x)
     if stored is None:
         # Windows of several input blocks too: P output blocks per input block would be P + 2
-        # tasks per block (the window, its P picks, the block's own task).
-        out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=False)
+        # tasks per block (the window, its P picks, the block's own task). A window that
+        # would hold the padding's last row or two alone is spread over the others, as with
+        # owned halos below: one task fewer per batch chunk, and no tiny output block.
+        out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, absorb_tail=True)
+        out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=False, absorb_tail=True)
         return _build_space_to_batch_from_blocks, out_chunks, reads, None
     # A plain from_array/from_zarr input whose output windows each lie in one input block:
     # each task reads its block from the source itself (one task, no intermediate key). A
@@ -268,6 +272,7 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
     in_shape = tuple(map(sum, x.chunks))
     batch = in_shape[0]
     starts = [np.cumsum((0, *axis[:-1])).tolist() for axis in (x.chunks[0], *out_chunks[1 : 1 + m])]
+    zero = padding.pad_fill(0, dtype)
     layer = {}
     for n, rows in enumerate(x.chunks[0]):
         for spatial in np.ndindex(*map(len, out_chunks[1 : 1 + m])):
@@ -288,13 +293,16 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
                     sum(stop - start for _, start, stop, _ in r) == size * b
                     for r, size, b in zip(axis_reads, spatial_shape, block_shape)
                 )
-                fill = not covered
-                if fill and pad is not None:
-                    # The window's rows: all P*B output rows (one batch chunk), else each
-                    # group's rows of this batch chunk, group by group.
+                fill = None
+                if not covered:
+                    # The pad (zeros too) is written into the padding cells alone: zeroing the
+                    # whole block first would be one more pass over it. The window's rows: all
+                    # P*B output rows (one batch chunk), else each group's rows of this batch
+                    # chunk, group by group.
                     at = tuple(starts[1 + i][k] for i, k in enumerate(spatial))
                     firsts = [0] if single else [g * batch + starts[0][n] for g in range(groups)]
-                    fill = padding.pad_cells(pad, in_shape, block_shape, paddings, [(f, *at) for f in firsts])
+                    fill = padding.cells_at(zero if pad is None else pad, in_shape, block_shape, paddings,
+                                            [(f, *at) for f in firsts])
                 shape = (rows * groups, *spatial_shape, *rest_shape)
                 task, groups_task = window(layer, (n, *spatial, *rest), axis_reads, shape, fill)
                 if single:

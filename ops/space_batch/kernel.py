@@ -156,20 +156,20 @@ def place_batch_part(y: np.ndarray, part: np.ndarray, offsets, j, block_shape, c
 # SpaceToBatchND: what one task computes
 
 
-def _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill: bool | PadCells):
+def _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill: PadCells | None):
     """One output block of SpaceToBatchND from its input pieces (its own block and halos).
 
     Each piece is ``[array, index, offsets]``: ``array[index]`` (the whole array for None)
     lands at padded rows ``offsets`` of this block; the rows no piece covers are padding:
-    ``fill`` says what they hold: nothing (False: the pieces cover the block), zeros (True),
-    or the pad value in ``PadCells``, written into those cells alone.
+    ``fill`` is None when there are none (the pieces cover the block), else the pad (zeros
+    too) in ``PadCells``, written into those cells alone.
     """
-    if isinstance(fill, PadCells):
-        y = np.empty(shape, dtype)
-        set_padding(y, fill)
-    else:
-        y = np.zeros(shape, dtype) if fill else np.empty(shape, dtype)
+    y = np.empty(shape, dtype)
     _fill(y, pieces, block_shape)
+    # After the pieces: the pages are then in memory already, where writing the padding
+    # first (a few cells of every row) would fault them in one by one.
+    if fill is not None:
+        set_padding(y, fill)
     return y
 
 
@@ -188,7 +188,7 @@ def _edge(block, index):
     return block[index].copy()
 
 
-def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: bool | PadCells):
+def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: PadCells | None):
     """A window that reads its own input chunks (``chunks``, read whole): its output block
     from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the rows its
     neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
@@ -220,7 +220,7 @@ def _groups(block, block_shape) -> tuple:
     return tuple(block[g * rows : (g + 1) * rows] for g in range(groups))
 
 
-def _space_to_batch_group_blocks(pieces, block_shape, shape, dtype, fill: bool | PadCells):
+def _space_to_batch_group_blocks(pieces, block_shape, shape, dtype, fill: PadCells | None):
     """The output blocks, one per group, of one batch chunk's pieces, one at a time."""
     yield from _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
 

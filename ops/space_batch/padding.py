@@ -1,14 +1,15 @@
 """SpaceToBatchND's padding value: which output cells are padding, and filling them.
 
-The kernels pad with the dtype's zero (NumPy's ``zeros``; padding-only blocks that read
-nothing). Any other ``pad_value`` is written into exactly the cells that lie in the padding:
+The NumPy kernel pads with the dtype's zero (NumPy's ``zeros``), as do padding-only blocks
+that read nothing. Any other ``pad_value`` is written into exactly the cells that lie in the
+padding:
 an output cell ``[n, h_1, ..., h_M, ...]`` came from input position ``h_i * b_i + j_i -
 before_i`` of spatial dim ``i``, where ``j_i`` is its block offset, read from the batch index;
 it is padding when that position falls outside the dim. Those cells form a few runs per block
 (the first and last positions along each axis, for each run of batch entries with the same
-offsets), so a zero pad costs nothing extra and any other pad a write of the padding cells
-alone. The NumPy path writes them after its kernel; a Dask task writes them into the block it
-makes (``PadCells``), before its input pieces, so the pad costs no task of its own.
+offsets), so any pad costs a write of the padding cells alone. The NumPy path writes them
+after its kernel; a Dask task writes them, zeros too, into the block it makes (``PadCells``),
+after its input pieces, so the pad costs no task of its own and no pass over the block.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def pad_fill(value, dtype) -> np.ndarray:
             cast = np.asarray(float(value), dtype=np.float64).astype(real)
         if math.isfinite(value) and not np.isfinite(cast.astype(np.float64)):
             raise InvalidArgument(f"pad_value must be within the range of x's dtype {name}, got {value!r}")
-    fill = np.zeros((), dtype)
+    # Native byte order spelt as such ('=', as a pickled copy has it, not Zarr's explicit
+    # '<'): a task's arguments then tokenize alike before and after they travel.
+    fill = np.zeros((), dtype.newbyteorder("=") if dtype.isnative else dtype)
     if dtype == dtypes.complex32:
         fill["real"] = cast
     else:
@@ -140,6 +143,11 @@ def pad_cells(fill: np.ndarray, in_shape, block_shape, paddings, leads) -> PadCe
     already (``writes_pad``)."""
     if not writes_pad(fill, paddings):
         return None
+    return cells_at(fill, in_shape, block_shape, paddings, leads)
+
+
+def cells_at(fill: np.ndarray, in_shape, block_shape, paddings, leads) -> PadCells:
+    """The ``PadCells`` of a block at ``leads`` holding ``fill``, zero or not."""
     m = len(block_shape)
     return PadCells(fill, in_shape[0], tuple(block_shape), tuple(map(tuple, paddings)), tuple(in_shape[1 : 1 + m]),
                     tuple(leads))

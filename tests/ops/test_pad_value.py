@@ -132,6 +132,49 @@ def test_a_pad_value_adds_no_task(chunks):
         assert_same(compute(padded), reference.space_to_batch_nd(x, [2, 2], [[1, 1], [0, 2]], fill))
 
 
+class _DirtyNumPy:
+    """NumPy whose ``empty`` hands out memory full of 0x7F bytes, as reused memory can be, and
+    which counts the blocks made by ``zeros``."""
+
+    def __init__(self):
+        self.zeroed = 0
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def zeros(self, *args, **kwargs):
+        self.zeroed += 1
+        return np.zeros(*args, **kwargs)
+
+    @staticmethod
+    def empty(shape, dtype=float):
+        block = np.empty(shape, dtype)
+        block.reshape(-1).view(np.uint8)[:] = 0x7F
+        return block
+
+
+@pytest.mark.parametrize("source", ["from_array", "zarr"])
+@pytest.mark.parametrize("chunks", [(1, 4, 8, 2), (2, 2, 3, 2), (1, 3, 8, 2)])
+@pytest.mark.parametrize("value", [0, -0.0, math.nan])
+def test_blocks_are_not_zeroed_first_yet_every_padding_cell_holds_the_pad(monkeypatch, value, chunks, source):
+    # A zero pad too is written into the padding cells alone, not by zeroing whole blocks.
+    from ops.space_batch import kernel
+
+    dirty = _DirtyNumPy()
+    monkeypatch.setattr(kernel, "np", dirty)
+    x = np.arange(2 * 8 * 8 * 2, dtype="f4").reshape(2, 8, 8, 2) + 1
+    if source == "zarr":
+        stored = zarr.create_array(zarr.storage.MemoryStore(), shape=x.shape, dtype=x.dtype, chunks=chunks)
+        stored[...] = x
+        lazy = da.from_zarr(stored)
+    else:
+        lazy = da.from_array(x, chunks=chunks)
+    for block, pads in (([2, 2], [[1, 1], [1, 1]]), ([2, 4], [[3, 1], [1, 3]]), ([4], [[2, 2]])):
+        expected = reference.space_to_batch_nd(x, block, pads, np.full((), value, "f4"))
+        assert_same(compute(ops.space_to_batch_nd(lazy, block, pads, pad_value=value)), expected)
+    assert dirty.zeroed == 0
+
+
 # --- the accessor and the registry ------------------------------------------------------------
 
 

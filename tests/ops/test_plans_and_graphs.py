@@ -21,6 +21,7 @@ from ops.depth_space import depth_to_space_chunks, space_to_depth_chunks
 from ops.space_batch import batch_to_space_nd_chunks, space_to_batch_nd_chunks
 from ops.space_batch import graph as space_batch_graph
 from tests.helpers import assert_same, compute
+from tests.ops import reference
 
 # --- pure plan functions --------------------------------------------------------------------
 
@@ -284,10 +285,10 @@ def _check_graph(y: da.Array, x_block_bytes: int, max_reads: int | None = 4) -> 
     return len(graph)
 
 
-def _linear(tasks) -> bool:
-    """Task counts for 4, 8 and 12 input blocks grow by the same step (a straight line: edge
-    blocks may add a constant, but nothing grows faster than the blocks)."""
-    counts = [tasks(n) for n in (4, 8, 12)]
+def _linear(tasks, sizes=(4, 8, 12)) -> bool:
+    """Task counts for ``sizes`` (evenly spaced) input blocks grow by the same step (a straight
+    line: edge blocks may add a constant, but nothing grows faster than the blocks)."""
+    counts = [tasks(n) for n in sizes]
     return abs((counts[2] - counts[1]) - (counts[1] - counts[0])) <= 2 and counts[2] < 4 * counts[0]
 
 
@@ -304,7 +305,10 @@ def test_graphs_grow_linearly_with_blocks(name, build, batch_chunk):
         x = da.random.random((4, 8 * n_chunks, 8, 4), chunks=(batch_chunk, 8, 4, 4)).astype(np.float32)
         return _check_graph(build(x), batch_chunk * 8 * 4 * 4 * 4, max_reads)
 
-    assert _linear(tasks)
+    # From 20 blocks on: with fewer, SpaceToBatchND's windows (up to P blocks each) are one or
+    # two, and a one-row last window is spread over them (steps that differ with the window
+    # count, not growth).
+    assert _linear(tasks, (20, 24, 28))
 
 
 @pytest.mark.parametrize("lazy_indices", [False, True], ids=["concrete-indices", "lazy-indices"])
@@ -695,3 +699,16 @@ def test_padded_space_to_batch_spreads_a_sliver_of_a_last_chunk_over_the_others(
     assert ops.space_to_batch_nd(many, [2, 2], [[1, 1], [1, 1]]).chunks[1] == (8,) * 16 + (1,)
     # Without a halo the windows stay on the chunks (region reads), the padding row its own chunk.
     assert ops.space_to_batch_nd(x, [2, 2], [[0, 2], [0, 0]]).chunks[1] == (8, 8, 8, 1)
+
+
+def test_padded_space_to_batch_of_computed_blocks_spreads_a_sliver_too():
+    # Windows over x's own blocks (an array in memory, a computed one): a one-row last window
+    # would be one more task per batch chunk and its own tiny output block.
+    values = np.random.default_rng(4).standard_normal((2, 32, 32, 3)).astype(np.float32)
+    for x in (da.from_array(values, chunks=(1, 16, 32, 3)), da.from_array(values, chunks=(1, 16, 32, 3)) * 1):
+        for pad_value in (0, np.nan):
+            with dask.config.set({"array.chunk-size": "8KiB"}):  # windows of one block each, not merged
+                y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]], pad_value)
+            assert y.chunks[1:3] == ((9, 8), (17,))  # not (8, 8, 1)
+            assert_same(compute(y), reference.space_to_batch_nd(values, [2, 2], [[1, 1], [1, 1]],
+                                                                np.full((), pad_value, np.float32)))
