@@ -4,8 +4,8 @@ one (``_choose_space_to_batch``).
 The input keeps its chunks (``plan.space_to_batch_nd_chunks``). A batch axis in one chunk
 (one image, the common case) gives one output block per input block holding all P block
 offsets; several batch chunks give P output blocks per input block (one per group, views of
-one task's result). Blocks of padding only read no input; a pad value other than zero is
-written by the task that makes a block, into its padding cells. The strategies:
+one task's result). Blocks of padding only read no input; the pad value (zero too) is
+written by the task that makes a block, into its padding cells alone. The strategies:
 
 - blockwise: every output block is one whole input block; a map that Dask fuses with the
   Zarr read and write.
@@ -56,8 +56,8 @@ def _build_space_to_batch_nd(x: da.Array, block_shape, paddings, fill: np.ndarra
     """SpaceToBatchND of a Dask array, padded with ``fill`` (a 0-d array of x's dtype): the
     graph of the strategy ``_choose_space_to_batch`` picks."""
     build, out_chunks, reads, stored = _choose_space_to_batch(x, block_shape, paddings)
-    # The pad is written by the tasks that make the blocks (no task of its own); a zero pad
-    # is what they make anyway.
+    # The pad is written by the tasks that make the blocks (no task of its own). None for a
+    # zero pad: blocks of padding only are then zeros, and the windows write zeros themselves.
     pad = fill if padding.writes_pad(fill, paddings) else None
     return build(x, block_shape, paddings, out_chunks, reads, stored, pad)
 

@@ -5,8 +5,9 @@ A space array ``[B, s_1..s_M, rest...]`` and a batch array ``[P*B, t_1..t_M, res
 (``P = prod(block_shape)``) pair space row ``r`` with batch-side row ``t`` of block offset
 ``j`` when ``r + offset = t*b + j`` on every spatial axis, ``offset`` being the leading
 padding (SpaceToBatch) or crop (BatchToSpace). ``_pairs`` gives that pairing as equal-shape
-views of both arrays, so each kernel is a few ``copy_into`` calls: padding is never
-materialised (the batch side starts as zeros) and cropped rows are never read.
+views of both arrays, so each kernel is a few ``copy_into`` calls: no padded copy of the
+input is made (the whole-array kernel's batch side starts as zeros; a Dask task writes its
+block's padding cells alone) and cropped rows are never read.
 """
 
 from __future__ import annotations
