@@ -13,6 +13,12 @@ bundles of P chunks).
 
 Any other input (a computed array, a from_array with fancy getters) gives ``None`` and the
 caller depends on the block keys as usual.
+
+Where a task reads several regions, it takes them as data (``BlockReads.regions``, one
+``Regions`` value) and the source's key once (``BlockReads.ref``), not as a nested task per
+read: on a distributed scheduler each nested task is an object of its own, with its own set of
+dependencies and a reference to the source, held for as long as the graph runs (about a KiB
+each); a million-chunk graph would hold gigabytes of them.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import functools
 
 import numpy as np
 from dask.array.core import getter, getter_inline, getter_nofancy
+from dask.base import tokenize
 from dask.blockwise import Blockwise
 from dask.core import istask
 from dask.highlevelgraph import HighLevelGraph
@@ -151,10 +158,62 @@ class BlockReads:
         dependencies[name] = set(self.layers)
         return HighLevelGraph(layers, dependencies)
 
+    def ref(self):
+        """The source's key as a task argument (a ``TaskRef``): the array the regions of
+        ``regions`` are read from."""
+        return TaskRef(self.source)
+
+    def regions(self, blocks, locals_=None) -> Regions:
+        """The reads of blocks ``blocks`` (each restricted to its slices in ``locals_``,
+        relative to the block; None: whole blocks) as one ``Regions`` value."""
+        locals_ = locals_ or [None] * len(blocks)
+        return Regions(self.func, tuple(self.read(b, lo)[2] for b, lo in zip(blocks, locals_)), self.extra)
+
     def reader(self, index):
         """A task whose value is a function of no arguments that reads block ``index``: for a
         task that reads several blocks one at a time."""
         return (functools.partial, *self.read(index))
+
+
+class Regions:
+    """Regions of one source array that a task reads, as plain data: the getter, its extra
+    arguments, and the slices of each region.
+
+    A task takes it with the source's key (``BlockReads.ref``) and reads region ``k`` with
+    ``regions.read(source, k)``, when it needs it (one at a time, if it holds one at a time).
+    """
+
+    __slots__ = ("func", "slices", "extra")
+
+    def __init__(self, func, slices: tuple, extra: tuple):
+        self.func, self.slices, self.extra = func, slices, extra
+
+    def __len__(self) -> int:
+        return len(self.slices)
+
+    def read(self, source, k: int) -> np.ndarray:
+        """Region ``k`` of ``source`` (the array behind the source key)."""
+        return self.func(source, self.slices[k], *self.extra)
+
+    def read_all(self, source) -> list:
+        """Every region of ``source``, in order."""
+        return [self.read(source, k) for k in range(len(self.slices))]
+
+    def __reduce__(self):
+        return Regions, (self.func, self.slices, self.extra)
+
+    def __dask_tokenize__(self):
+        return ("Regions", tokenize(self.func, self.slices, self.extra))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Regions) and (self.func, self.slices, self.extra) == (
+            other.func, other.slices, other.extra)
+
+    def __hash__(self) -> int:
+        return hash((self.func, tuple(tuple((s.start, s.stop) for s in r) for r in self.slices), self.extra))
+
+    def __repr__(self) -> str:
+        return f"Regions({getattr(self.func, '__name__', self.func)}, {len(self.slices)} regions)"
 
 
 def _block_slices(bounds, index) -> tuple[slice, ...]:

@@ -20,10 +20,11 @@ from dask.base import tokenize
 from dask.core import keys_in_tasks
 from dask.highlevelgraph import HighLevelGraph, Layer
 
-try:  # Dask's task objects (2024.12+); private, so a Dask without them takes constants as they are
-    from dask._task_spec import DataNode
-except ImportError:  # pragma: no cover - depends on the installed Dask
-    DataNode = None
+# Dask's task objects (private, but in every Dask this project supports). A layer's tasks made
+# as ``Task(key, function, *arguments)`` take arguments as they are: only a ``TaskRef``
+# argument is a dependency, and nothing else is searched for keys, so plain data (slices,
+# offsets, read regions) needs no wrapping and no nested task.
+from dask._task_spec import DataNode, Task, TaskRef  # noqa: F401 (Task, TaskRef: for the plans)
 
 
 def static(value):
@@ -34,7 +35,7 @@ def static(value):
     most of the time optimization takes (and with a distributed scheduler, that time is the
     scheduler's, before any task runs). A constant is taken as it is.
     """
-    return value if DataNode is None else DataNode(None, value)
+    return DataNode(None, value)
 
 
 class LazyLayer(Layer):

@@ -32,7 +32,7 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy, _lazy_layer, _scratch
-from ops._lazy_layer import static
+from ops._lazy_layer import Task, TaskRef
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
     _batch_to_space_block,
@@ -40,6 +40,7 @@ from ops.space_batch.kernel import (
     _batch_to_space_gathered,
     _batch_to_space_joined,
     _batch_to_space_local,
+    _batch_to_space_read_reader,
     _batch_to_space_reader,
     _export,
     batch_to_space_nd_kernel,
@@ -286,13 +287,12 @@ def _batch_to_space_bundles_tasks(plan: _BatchToSpacePlan) -> dict:
     layer = {}
     for number, (unique, outputs) in enumerate(bundles.items()):
         key = (bundle_name, number)
-        # The reads as data ([getter, source, slices, ...]: a list is not a task), made by
-        # the bundle one at a time.
-        reads = [list(plan.source.read(b)) for b in unique]
+        # The reads as data (``Regions``), made by the bundle one at a time.
         bundle = [(crops, parts) for _, crops, parts in outputs]
-        layer[key] = (_batch_to_space_bundle, reads, static(bundle), static(list(plan.block_shape)), per_pass)
+        layer[key] = Task(key, _batch_to_space_bundle, plan.source.ref(), plan.source.regions(unique), bundle,
+                          list(plan.block_shape), per_pass)
         for position, (index, _, _) in enumerate(outputs):
-            layer[(plan.name, *index)] = (operator.getitem, key, position)
+            layer[(plan.name, *index)] = Task((plan.name, *index), operator.getitem, TaskRef(key), position)
     return layer
 
 
@@ -325,17 +325,23 @@ def _batch_to_space_single_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     for key, (reads, own, exports, imports) in windows.items():
         chunks = [(0, *ks, *key[1 + m :]) for ks in reads]
         reader_key = (reader_name, *key[1:])
-        layer[reader_key] = (_batch_to_space_reader,
-                             [source.read(i) if source is not None else (x.name, *i) for i in chunks], static(own),
-                             static(exports))
+        if source is not None:
+            layer[reader_key] = Task(reader_key, _batch_to_space_read_reader, own, exports, source.ref(),
+                                     source.regions(chunks))
+        else:
+            layer[reader_key] = Task(reader_key, _batch_to_space_reader, own, exports,
+                                     *(TaskRef((x.name, *i)) for i in chunks))
         for e in range(0 if whole else len(exports)):
-            layer[(export_name, *key[1:], e)] = (_export, reader_key, e)
+            export_key = (export_name, *key[1:], e)
+            layer[export_key] = Task(export_key, _export, TaskRef(reader_key), e)
     for key, (_, _, _, imports) in windows.items():
         rows, crops = _shifted_block(shifted, key[1 : 1 + m])
-        boxes = [[(_export, (reader_name, *owner[1:]), e) if whole else (export_name, *owner[1:], e), origin]
-                 for owner, e, origin in imports]
-        layer[(name, *key)] = (_batch_to_space_gathered, (reader_name, *key[1:]), boxes, static(rows),
-                               static(list(plan.block_shape)), static(crops))
+        sources, boxes = {}, []
+        for owner, e, origin in imports:
+            box_source = (reader_name, *owner[1:]) if whole else (export_name, *owner[1:], e)
+            boxes.append((sources.setdefault(box_source, len(sources)), e if whole else None, origin))
+        layer[(name, *key)] = Task((name, *key), _batch_to_space_gathered, TaskRef((reader_name, *key[1:])), boxes,
+                                   rows, list(plan.block_shape), crops, *map(TaskRef, sources))
     return layer
 
 
@@ -384,20 +390,27 @@ def _batch_to_space_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     per_pass = _per_pass(plan)
     for unique, bundle in bundles.items():
         key = (bundle_name, numbers[unique])
-        layer[key] = (_batch_to_space_bundle, [list(source.read(b)) for b in unique], static(bundle),
-                      static(list(plan.block_shape)), per_pass)
+        layer[key] = Task(key, _batch_to_space_bundle, source.ref(), source.regions(unique), bundle,
+                          list(plan.block_shape), per_pass)
     for index, (made, origins, rows, crops) in outputs.items():
-        picks = [(operator.getitem, (bundle_name, numbers[unique]), position) for unique, position in made]
-        if len(picks) == 1:
-            layer[(name, *index)] = picks[0]
+        if len(made) == 1:
+            ((unique, position),) = made
+            layer[(name, *index)] = Task((name, *index), operator.getitem, TaskRef((bundle_name, numbers[unique])),
+                                         position)
             continue
-        if whole:
-            parts = picks
-        else:
-            parts = [(part_name, *index, j) for j in range(len(picks))]
-            layer.update(zip(parts, picks))
-        layer[(name, *index)] = (_batch_to_space_joined, parts, static(origins), static(rows),
-                                 static(list(plan.block_shape)), static(crops))
+        # Small bundles: the joined block takes the bundles' whole results and picks its parts
+        # itself; else each part is a pick of its own, so that only it travels.
+        sources, parts = {}, []
+        for j, (unique, position) in enumerate(made):
+            bundle_key = (bundle_name, numbers[unique])
+            if whole:
+                parts.append((sources.setdefault(bundle_key, len(sources)), position))
+                continue
+            part_key = (part_name, *index, j)
+            layer[part_key] = Task(part_key, operator.getitem, TaskRef(bundle_key), position)
+            parts.append((sources.setdefault(part_key, len(sources)), None))
+        layer[(name, *index)] = Task((name, *index), _batch_to_space_joined, parts, origins, rows,
+                                     list(plan.block_shape), crops, *map(TaskRef, sources))
     return layer
 
 
@@ -429,7 +442,8 @@ def _group_blocks(plan: _BatchToSpacePlan, index, spatial) -> list[tuple]:
 
 
 @_fused_stores.streams(_batch_to_space_bundle_blocks)
-def _batch_to_space_bundle(reads, outputs, block_shape, per_pass=None):
-    """The output blocks fed by one bundle of source chunks, as a tuple. In a store graph
-    (``ops.fusing_stores``) the bundle writes each block as it makes it instead."""
-    return tuple(_batch_to_space_bundle_blocks(reads, outputs, block_shape, per_pass))
+def _batch_to_space_bundle(source, reads, outputs, block_shape, per_pass=None):
+    """The output blocks fed by one bundle of source chunks (``reads`` of ``source``), as a
+    tuple. In a store graph (``ops.fusing_stores``) the bundle writes each block as it makes it
+    instead."""
+    return tuple(_batch_to_space_bundle_blocks(source, reads, outputs, block_shape, per_pass))

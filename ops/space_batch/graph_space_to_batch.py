@@ -35,18 +35,17 @@ import numpy as np
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy
-from ops._lazy_layer import static
+from ops._lazy_layer import Task, TaskRef
 from ops.space_batch import padding
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
     _edge,
     _export,
-    _groups,
-    _space_to_batch_group_blocks,
-    _space_to_batch_pieces,
+    _group_blocks_of,
+    _space_to_batch_read,
+    _space_to_batch_taken,
     _space_to_batch_window,
     _with_halos,
-    _with_halos_group_blocks,
     space_to_batch_nd_kernel,
 )
 from ops.space_batch.plan import _each_chunk_read_once, _owned_windows, _whole_blocks, space_to_batch_nd_chunks
@@ -208,58 +207,66 @@ def _window_bytes(x: _Input, block_shape, out_chunks) -> int:
 
 def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored):
     """The function ``window(layer, key, axis_reads, shape, fill)`` of ``strategy`` that
-    returns the (task, groups task) of the window at ``key`` = ``(n, *spatial, *rest)``,
-    after putting in ``layer`` any task they take."""
+    returns the ``(function, arguments)`` of the all-groups block of the window at ``key`` =
+    ``(n, *spatial, *rest)``, after putting in ``layer`` any task they take.
+
+    The arguments are flat: the keys a window takes are ``TaskRef`` arguments of its own
+    (each once), and what it does with them is plain data (slices, offsets, regions to read),
+    not a nested task per block read or halo, which a distributed scheduler would hold as an
+    object each for the whole run.
+    """
     m = len(block_shape)
     edge_name, window_name = (f"space_to_batch_nd{part}-{token}" for part in ("-edge", "-window"))
 
     def from_blocks(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
-        pieces = []
+        arrays, spec = {}, []
         for p, combo in enumerate(itertools.product(*axis_reads)):
             block = (n, *(k for k, *_ in combo), *rest)
-            pieces.append(_piece_args(x, (x.name, *block), combo, layer, (edge_name, *key, p)))
-        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
+            array, index = _piece(x, (x.name, *block), combo, layer, (edge_name, *key, p))
+            spec.append([arrays.setdefault(array, len(arrays)), index, [o for *_, o in combo]])
+        return _space_to_batch_taken, (spec, block_shape, shape, x.dtype, fill, *map(TaskRef, arrays))
 
     def region_reads(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
-        pieces = []
-        for combo in itertools.product(*axis_reads):
-            block = (n, *(k for k, *_ in combo), *rest)
-            local = (slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
-            pieces.append([stored.read(block, local), None, [o for *_, o in combo]])
-        return _pieces_tasks(pieces, block_shape, shape, x.dtype, fill)
+        combos = list(itertools.product(*axis_reads))
+        blocks = [(n, *(k for k, *_ in combo), *rest) for combo in combos]
+        locals_ = [(slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
+                   for combo in combos]
+        offsets = [[o for *_, o in combo] for combo in combos]
+        return _space_to_batch_read, (stored.ref(), stored.regions(blocks, locals_), offsets, block_shape, shape,
+                                      x.dtype, fill)
 
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy == "owned_halos" else None
-    # Small windows: the neighbour cuts its halo out of the owner's whole result itself (an
-    # inline task), so there is no edge task per halo; tiny blocks are bound by task counts.
+    # Small windows: the neighbour cuts its halo out of the owner's whole result itself, so
+    # there is no edge task per halo; tiny blocks are bound by task counts.
     inline_halos = strategy == "owned_halos" and taken_whole(_window_bytes(x, block_shape, out_chunks))
 
     def owned_halos(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
         own_chunks, pieces, exports, halos = windows[key]
         window_key = (window_name, *key)
-        layer[window_key] = (
-            _space_to_batch_window, [stored.read((n, *ks, *rest)) for ks in own_chunks],
-            *map(static, (pieces, exports, block_shape, shape, x.dtype, fill)),
-        )
-        if inline_halos:
-            halo_pieces = [[(_export, (window_name, *owner), e), None, offsets] for owner, e, offsets in halos]
-        else:
+        regions = stored.regions([(n, *ks, *rest) for ks in own_chunks])
+        layer[window_key] = Task(window_key, _space_to_batch_window, stored.ref(), regions, pieces, exports,
+                                 block_shape, shape, x.dtype, fill)
+        if not inline_halos:
             for e in range(len(exports)):
-                layer[(edge_name, *key, e)] = (_export, window_key, e)
-            halo_pieces = [[(edge_name, *owner, e), None, offsets] for owner, e, offsets in halos]
-        return (_with_halos, window_key, halo_pieces, block_shape), (_with_halos_groups, window_key, halo_pieces,
-                                                                     block_shape)
+                layer[(edge_name, *key, e)] = Task((edge_name, *key, e), _export, TaskRef(window_key), e)
+        sources, spec = {}, []
+        for owner, e, offsets in halos:
+            source = (window_name, *owner) if inline_halos else (edge_name, *owner, e)
+            spec.append((sources.setdefault(source, len(sources)), e if inline_halos else None, offsets))
+        return _with_halos, (TaskRef(window_key), spec, block_shape, *map(TaskRef, sources))
 
     return {"from_blocks": from_blocks, "region_reads": region_reads, "owned_halos": owned_halos}[strategy]
 
 
 def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored, paddings, pad) -> dict:
     """The tasks of one task per output window of the plan (``out_chunks``, ``reads``):
-    padding blocks for a window of padding only; for a window with reads, the tasks of
-    ``_window_maker(strategy, ...)``, ``(task, groups task)`` (the second makes the P blocks
-    of a batch chunk at once), which write a non-zero ``pad`` into their padding cells."""
+    padding blocks for a window of padding only; for a window with reads, the task of
+    ``_window_maker(strategy, ...)``'s function and arguments (with several batch chunks, a
+    task making the P blocks of a batch chunk at once), which write the pad (zeros too) into
+    their padding cells."""
     m = len(block_shape)
     groups = math.prod(block_shape)
     window = _window_maker(strategy, x, block_shape, out_chunks, reads, token, stored)
@@ -286,8 +293,9 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
                 )
                 if not all(axis_reads):  # padding only: no input read
                     pad_shape = (rows * groups if single else rows, *spatial_shape, *rest_shape)
-                    block = (np.zeros, pad_shape, dtype) if pad is None else (padding.padding_block, pad_shape, pad)
-                    layer.update({key: block for key in out_keys})
+                    for key in out_keys:
+                        layer[key] = (Task(key, np.zeros, pad_shape, dtype) if pad is None
+                                      else Task(key, padding.padding_block, pad_shape, pad))
                     continue
                 covered = all(
                     sum(stop - start for _, start, stop, _ in r) == size * b
@@ -304,49 +312,36 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
                     fill = padding.cells_at(zero if pad is None else pad, in_shape, block_shape, paddings,
                                             [(f, *at) for f in firsts])
                 shape = (rows * groups, *spatial_shape, *rest_shape)
-                task, groups_task = window(layer, (n, *spatial, *rest), axis_reads, shape, fill)
+                function, args = window(layer, (n, *spatial, *rest), axis_reads, shape, fill)
                 if single:
-                    layer[out_keys[0]] = task
+                    layer[out_keys[0]] = Task(out_keys[0], function, *args)
                     continue
                 # The P blocks as one multi-output task: in a store graph it writes them itself.
                 all_key = (all_name, n, *spatial, *rest)
-                layer[all_key] = groups_task
+                layer[all_key] = Task(all_key, _space_to_batch_groups, function, block_shape, *args)
                 for g, key in enumerate(out_keys):
-                    layer[key] = (operator.getitem, all_key, g)
+                    layer[key] = Task(key, operator.getitem, TaskRef(all_key), g)
     return layer
 
 
-def _pieces_tasks(pieces, block_shape, shape, dtype, fill) -> tuple[tuple, tuple]:
-    """The task of one output window from its ``[array, index, offsets]`` pieces, and the task
-    making its P group blocks at once."""
-    task = (_space_to_batch_pieces, pieces, *map(static, (block_shape, shape, dtype, fill)))
-    return task, (_space_to_batch_groups, *task[1:])
-
-
-def _piece_args(x: da.Array, key, combo, layer, edge_key):
-    """The ``[array, index, offsets]`` argument for one piece; small pieces of a neighbouring
-    block get their own task (``_edge``) so the whole neighbour never travels."""
+def _piece(x: _Input, key, combo, layer, edge_key):
+    """(the key of the array, index into it) that one piece of a window is taken from: a whole
+    block of x, or a large part of one, is its block; a small part of a neighbouring block (a
+    halo) gets a task of its own (``_edge``) so that the whole neighbour never travels."""
     index = (slice(None), *(slice(start, stop) for _, start, stop, _ in combo))
-    offsets = [offset for *_, offset in combo]
     lengths = [x.chunks[1 + i][k] for i, (k, *_) in enumerate(combo)]
     taken = [stop - start for _, start, stop, _ in combo]
     if taken == lengths:
-        return [key, None, offsets]
+        return key, None
     if any(2 * n < length for n, length in zip(taken, lengths)):
-        layer[edge_key] = (_edge, key, index)
-        return [edge_key, None, offsets]
-    return [key, index, offsets]
+        layer[edge_key] = Task(edge_key, _edge, TaskRef(key), index)
+        return edge_key, None
+    return key, index
 
 
-@_fused_stores.streams(_space_to_batch_group_blocks)
-def _space_to_batch_groups(pieces, block_shape, shape, dtype, fill):
-    """The output blocks, one per group, of one batch chunk's pieces, as a tuple. In a store
-    graph (``ops.fusing_stores``) the task writes each block itself instead."""
-    return _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
-
-
-@_fused_stores.streams(_with_halos_group_blocks)
-def _with_halos_groups(window, halos, block_shape):
-    """A window's output blocks, one per group, with its halos written in, as a tuple. In a
-    store graph (``ops.fusing_stores``) the task writes each block itself instead."""
-    return _groups(_with_halos(window, halos, block_shape), block_shape)
+@_fused_stores.streams(_group_blocks_of)
+def _space_to_batch_groups(make, block_shape, *args):
+    """The output blocks, one per group, of the all-groups block ``make(*args)`` of one batch
+    chunk, as a tuple. In a store graph (``ops.fusing_stores``) the task writes each block
+    itself instead."""
+    return tuple(_group_blocks_of(make, block_shape, *args))

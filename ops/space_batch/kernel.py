@@ -189,10 +189,26 @@ def _edge(block, index):
     return block[index].copy()
 
 
-def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: PadCells | None):
-    """A window that reads its own input chunks (``chunks``, read whole): its output block
-    from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the rows its
-    neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
+def _space_to_batch_taken(spec, block_shape, shape, dtype, fill: PadCells | None, *arrays):
+    """One output block of SpaceToBatchND from pieces of ``arrays`` (blocks, or a few rows of
+    one: ``_edge``), each ``[array number, index, offsets]`` in ``spec`` (as in
+    ``_space_to_batch_pieces``)."""
+    pieces = [[arrays[a], index, offsets] for a, index, offsets in spec]
+    return _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill)
+
+
+def _space_to_batch_read(source, regions, offsets, block_shape, shape, dtype, fill: PadCells | None):
+    """One output block of SpaceToBatchND that reads its input pieces itself: region ``k`` of
+    ``regions`` (``_block_reads.Regions``) of ``source`` lands at padded rows ``offsets[k]``."""
+    pieces = [[array, None, at] for array, at in zip(regions.read_all(source), offsets)]
+    return _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill)
+
+
+def _space_to_batch_window(source, regions, pieces, exports, block_shape, shape, dtype, fill: PadCells | None):
+    """A window that reads its own input chunks (``regions`` of ``source``, read whole): its
+    output block from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the
+    rows its neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
+    chunks = regions.read_all(source)
     y = _space_to_batch_pieces(
         [[chunks[c], index, offsets] for c, index, offsets in pieces], block_shape, shape, dtype, fill
     )
@@ -205,11 +221,14 @@ def _export(window, e: int):
     return window[1][e]
 
 
-def _with_halos(window, halos, block_shape):
-    """A window's output block with the rows its neighbours' chunks give it (``halos``:
-    ``[rows, None, offsets]``) written in (in place: only this task uses the block)."""
+def _with_halos(window, halos, block_shape, *sources):
+    """A window's output block with the rows its neighbours' chunks give it written in (in
+    place: only this task uses the block). ``halos`` are ``(source number, e, offsets)``: the
+    rows are the ``e``-th a neighbour's window in ``sources`` copied out (``_export``), or with
+    ``e`` None that source itself (an edge task's rows)."""
     y = window[0]
-    _fill(y, halos, block_shape)
+    pieces = [[sources[n] if e is None else _export(sources[n], e), None, offsets] for n, e, offsets in halos]
+    _fill(y, pieces, block_shape)
     return y
 
 
@@ -221,14 +240,10 @@ def _groups(block, block_shape) -> tuple:
     return tuple(block[g * rows : (g + 1) * rows] for g in range(groups))
 
 
-def _space_to_batch_group_blocks(pieces, block_shape, shape, dtype, fill: PadCells | None):
-    """The output blocks, one per group, of one batch chunk's pieces, one at a time."""
-    yield from _groups(_space_to_batch_pieces(pieces, block_shape, shape, dtype, fill), block_shape)
-
-
-def _with_halos_group_blocks(window, halos, block_shape):
-    """A window's output blocks, one per group, with its halos written in, one at a time."""
-    yield from _groups(_with_halos(window, halos, block_shape), block_shape)
+def _group_blocks_of(make, block_shape, *args):
+    """The output blocks, one per group, of the all-groups block ``make(*args)`` of one batch
+    chunk, one at a time."""
+    yield from _groups(make(*args), block_shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,18 +262,19 @@ def _batch_to_space_local(block, block_shape, local_crops, block_id=None):
     return batch_to_space_nd_kernel(block, block_shape, crops)
 
 
-def _batch_to_space_bundle_blocks(reads, outputs, block_shape, per_pass=None):
+def _batch_to_space_bundle_blocks(source, reads, outputs, block_shape, per_pass=None):
     """The output blocks fed by one bundle of source chunks, one at a time.
 
-    ``reads`` are ``[getter, source, slices, *extra]`` (one chunk each); ``outputs`` are
-    ``(crops, parts)`` with one ``(chunk position in reads, slices)`` part per group. An output
+    ``reads`` are the chunks' regions of ``source`` (``_block_reads.Regions``, one chunk
+    each); ``outputs`` are ``(crops, parts)`` with one ``(chunk position in reads, slices)``
+    part per group. An output
     with crops None is its parts themselves, as a list (the rows of a block that also takes
     rows of other bundles' chunks: ``_batch_to_space_joined``). ``per_pass``: how many whole
     output blocks are made from one read of the chunks (None: all of them); the chunks are
     read again for the next ones.
     """
     for first, stop in _bundle_passes(outputs, per_pass):
-        yield from _bundle_pass(reads, outputs[first:stop], block_shape)
+        yield from _bundle_pass(source, reads, outputs[first:stop], block_shape)
 
 
 def _bundle_passes(outputs, per_pass):
@@ -279,7 +295,7 @@ def _bundle_passes(outputs, per_pass):
     return runs
 
 
-def _bundle_pass(reads, outputs, block_shape):
+def _bundle_pass(source, reads, outputs, block_shape):
     """The blocks of ``outputs`` (as ``_batch_to_space_bundle_blocks``'), from one read of the
     chunks they take."""
     # Every chunk feeds every output block, so all their chunks' worth is held at once. Each
@@ -292,8 +308,7 @@ def _bundle_pass(reads, outputs, block_shape):
     parts_of = [[None] * len(parts) for _, parts in outputs]
     taken = sorted({k for _, parts in outputs for k, _ in parts})
     for position in taken:
-        func, source, slices, *extra = reads[position]
-        chunk = func(source, slices, *extra)
+        chunk = reads.read(source, position)
         for held, (_, parts) in zip(parts_of, outputs):
             for j, (k, piece) in enumerate(parts):
                 if k == position:
@@ -306,9 +321,12 @@ def _bundle_pass(reads, outputs, block_shape):
         del block  # before the next one is made: the caller has stored it
 
 
-def _batch_to_space_joined(pieces, origins, rows, block_shape, crops):
+def _batch_to_space_joined(parts, origins, rows, block_shape, crops, *sources):
     """An output block whose rows run across input chunks, from the parts of it the bundles of
-    those chunks made (``pieces``, one part per group each; ``origins``: ``_batch_to_space_boxes``)."""
+    those chunks made (one part per group each; ``origins``: ``_batch_to_space_boxes``).
+    ``parts`` are ``(source number, position)``: the part is the ``position``-th block of
+    that bundle's result in ``sources``, or with ``position`` None that source itself."""
+    pieces = [sources[n] if position is None else sources[n][position] for n, position in parts]
     return _batch_to_space_boxes(list(zip(pieces, origins)), rows, block_shape, crops)
 
 
@@ -336,14 +354,21 @@ def _batch_to_space_boxes(pieces, rows, block_shape, crops):
     return y
 
 
-def _batch_to_space_reader(chunks, own, exports):
+def _batch_to_space_reader(own, exports, *chunks):
     """A block's reads (``chunks``, whole): the boxes its block takes of them, ``[chunk number,
     index, origin]`` (views, with their origins in the block), and copies of the boxes other
     blocks take, ``[chunk number, index]``, for them."""
     return [(chunks[c][index], origin) for c, index, origin in own], [chunks[c][index].copy() for c, index in exports]
 
 
-def _batch_to_space_gathered(reader, imports, rows, block_shape, crops):
+def _batch_to_space_read_reader(own, exports, source, reads):
+    """``_batch_to_space_reader`` of the chunks ``reads`` (``_block_reads.Regions``) of ``source``."""
+    return _batch_to_space_reader(own, exports, *reads.read_all(source))
+
+
+def _batch_to_space_gathered(reader, imports, rows, block_shape, crops, *sources):
     """A block from its own boxes (``reader``'s) and the boxes other readers copied for it
-    (``imports``: ``(box, origin)``)."""
-    return _batch_to_space_boxes([*reader[0], *imports], rows, block_shape, crops)
+    (``imports``: ``(source number, e, origin)``: the ``e``-th box that reader in ``sources``
+    copied out (``_export``), or with ``e`` None that source itself, an export task's box)."""
+    boxes = [(sources[n] if e is None else _export(sources[n], e), origin) for n, e, origin in imports]
+    return _batch_to_space_boxes([*reader[0], *boxes], rows, block_shape, crops)

@@ -367,10 +367,17 @@ def _zarr_of(values: np.ndarray, chunks) -> zarr.Array:
 
 
 def _region_reads(task) -> list:
-    """The ``getter(source, region)`` calls nested in one (legacy tuple) task, as tasks or as
-    the ``[getter, source, region, ...]`` lists a bundle makes its reads from."""
+    """The source reads in one task, each as ``(getter, source, region, ...)``: the
+    ``Regions`` a task object takes as data (its source the task's ``TaskRef``), or the
+    ``getter(source, region)`` calls nested in a legacy tuple task."""
+    from dask._task_spec import Task, TaskRef
     from dask.array.core import getter
 
+    from ops._block_reads import Regions
+
+    if isinstance(task, Task):
+        source = next((a.key for a in task.args if isinstance(a, TaskRef)), None)
+        return [(r.func, source, region, *r.extra) for r in task.args if isinstance(r, Regions) for region in r.slices]
     found = []
     if isinstance(task, (tuple, list)) and task and task[0] is getter:
         return [task]
@@ -494,7 +501,7 @@ def test_batch_to_space_bundles_crop_on_two_chunked_axes():
     assert read == sorted(tuple(slice(a, a + n) for a, n in zip((g, i, j, 0), (1, 4, 4, 2)))
                           for g in range(4) for i in range(0, 16, 4) for j in range(0, 16, 4))
     layer = y.dask.layers[y.name]
-    joined = [k for k, task in layer.items() if k[0] == y.name and task[0] is not operator.getitem]
+    joined = [k for k, task in layer.items() if k[0] == y.name and task.func is not operator.getitem]
     # Blocks at the end of a row of chunks (3 of 4 on the first axis) or of a column of them.
     assert len(joined) == (3 * 4 + 15 * 3) - 3 * 3
     # Small bundles: a joined block cuts its parts out of the bundles' results itself; over
