@@ -19,7 +19,7 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from ops import _chunks
-from ops._lazy_layer import LazyLayer
+from ops._lazy_layer import LazyLayer, Task, TaskRef
 
 
 def axis_pieces(old: tuple[int, ...], new: tuple[int, ...]) -> list[list[tuple[int, slice]]]:
@@ -51,30 +51,49 @@ def realigned(x: da.Array, chunks) -> da.Array:
     return da.Array(graph, name, chunks=chunks, meta=x._meta)
 
 
-def _piece(x_name, x_chunks, old, local):
-    """The task (or key) of one piece: a whole input block is its key, a part is sliced off it."""
-    key = (x_name, *old)
-    if all(s.start == 0 and s.stop == x_chunks[a][k] for a, (k, s) in enumerate(zip(old, local))):
-        return key
-    return (operator.getitem, key, local)
-
-
-def _nested(x_name, x_chunks, per_axis, prefix=()):
-    """np.block's nested lists of pieces for one new block (``per_axis``: its pieces per axis)."""
-    axis = len(prefix)
-    if axis == len(per_axis):
-        old = tuple(k for k, _ in prefix)
-        return _piece(x_name, x_chunks, old, tuple(s for _, s in prefix))
-    return [_nested(x_name, x_chunks, per_axis, (*prefix, piece)) for piece in per_axis[axis]]
-
-
 def _realign_tasks(name, x_name, x_chunks, pieces) -> dict:
+    """The task of each new block: the input block itself where it is unchanged, a piece sliced
+    off one input block, or its pieces joined (``_joined``), each input block a ``TaskRef``
+    argument of its own and the layout plain data (a nested task per piece would be an object
+    each on a distributed scheduler, for the whole run)."""
     tasks = {}
     for index in np.ndindex(*map(len, pieces)):
+        key = (name, *index)
         per_axis = [pieces[a][i] for a, i in enumerate(index)]
         if all(len(p) == 1 for p in per_axis):
-            tasks[(name, *index)] = _piece(x_name, x_chunks, tuple(p[0][0] for p in per_axis),
-                                           tuple(p[0][1] for p in per_axis))
-        else:
-            tasks[(name, *index)] = (np.block, _nested(x_name, x_chunks, per_axis))
+            old = tuple(p[0][0] for p in per_axis)
+            local = _local(x_chunks, old, tuple(p[0][1] for p in per_axis))
+            tasks[key] = (x_name, *old) if local is None else Task(key, operator.getitem, TaskRef((x_name, *old)), local)
+            continue
+        blocks = {}
+        layout = _layout(x_chunks, per_axis, blocks)
+        tasks[key] = Task(key, _joined, layout, *(TaskRef((x_name, *old)) for old in blocks))
     return tasks
+
+
+def _local(x_chunks, old, local):
+    """``local`` (a piece's slices of input block ``old``), or None when it is the whole block."""
+    if all(s.start == 0 and s.stop == x_chunks[a][k] for a, (k, s) in enumerate(zip(old, local))):
+        return None
+    return local
+
+
+def _layout(x_chunks, per_axis, blocks: dict, prefix=()):
+    """np.block's nested lists for one new block (``per_axis``: its pieces per axis), each piece
+    ``(block number, slices or None)``; ``blocks`` numbers the input blocks (filled here)."""
+    if len(prefix) == len(per_axis):
+        old = tuple(k for k, _ in prefix)
+        return blocks.setdefault(old, len(blocks)), _local(x_chunks, old, tuple(s for _, s in prefix))
+    return [_layout(x_chunks, per_axis, blocks, (*prefix, piece)) for piece in per_axis[len(prefix)]]
+
+
+def _joined(layout, *blocks):
+    """The new block that ``layout`` (``_layout``'s nested lists) makes of ``blocks``."""
+
+    def pieces(item):
+        if isinstance(item, list):
+            return [pieces(inner) for inner in item]
+        number, local = item
+        return blocks[number] if local is None else blocks[number][local]
+
+    return np.block(pieces(layout))
