@@ -205,8 +205,13 @@ def _measure(case: Case, chunks: int, count: bool, scratch: str, pipe, graph_mem
         # materialise them (and run past the limit, then "-").
         pipe.send({"raw": len(result.__dask_graph__()), "zarr_rechunk": not regular})
         if count and graph_memory:
-            holder = [result]
+            # Built again, from new inputs: the count above made the lazy layers' tasks, and
+            # tasks made before the tracing starts would not be counted.
             del result  # so that what its layers cache is freed before the bytes are read
+            fresh = {name: da.from_zarr(metadata_array(zarr.storage.MemoryStore(), *shapes[name]))
+                     for name in case.inputs}
+            holder = [case.build(fresh)]
+            del fresh
             tasks, held = scheduler_tasks_and_bytes(holder)
             pipe.send({"graph_bytes": held, "scheduler": tasks})
         else:

@@ -167,7 +167,20 @@ class BlockReads:
         """The reads of blocks ``blocks`` (each restricted to its slices in ``locals_``,
         relative to the block; None: whole blocks) as one ``Regions`` value."""
         locals_ = locals_ or [None] * len(blocks)
-        return Regions(self.func, tuple(self.read(b, lo)[2] for b, lo in zip(blocks, locals_)), self.extra)
+        # Regions of neighbouring tasks share most of their slices (the same rows on an axis):
+        # one slice object each, not one per region. The tasks hold them for the whole run.
+        shared = self.__dict__.setdefault("_shared_slices", {})
+        slices = []
+        for block, local in zip(blocks, locals_):
+            region = self.read(block, local)[2]
+            slices.append(tuple(shared.setdefault((s.start, s.stop), s) for s in region))
+        return Regions(self.func, tuple(slices), self.extra)
+
+    def __getstate__(self):
+        # The shared slices are made where the tasks are; they never travel.
+        state = dict(self.__dict__)
+        state.pop("_shared_slices", None)
+        return state
 
     def reader(self, index):
         """A task whose value is a function of no arguments that reads block ``index``: for a
@@ -214,6 +227,12 @@ class Regions:
 
     def __repr__(self) -> str:
         return f"Regions({getattr(self.func, '__name__', self.func)}, {len(self.slices)} regions)"
+
+
+def read_then(function, source, regions: Regions, args):
+    """``function(arrays, *args)`` of the arrays ``regions`` reads from ``source``: a task's
+    function for a computation that takes a list of blocks, its reads made flat."""
+    return function(regions.read_all(source), *args)
 
 
 def _block_slices(bounds, index) -> tuple[slice, ...]:

@@ -107,6 +107,13 @@ class LazyLayer(Layer):
         return f"LazyLayer<{self.name}, {self.make.__name__}, {state}>"
 
 
+def take_then(function, parts, args, *arrays):
+    """``function(blocks, *args)`` of the blocks ``parts`` takes of ``arrays`` (a task's
+    ``TaskRef`` arguments): ``(array number, slices)``, None for the whole array; a task's
+    function for a computation that takes a list of blocks, its inputs made flat."""
+    return function([arrays[n] if index is None else arrays[n][index] for n, index in parts], *args)
+
+
 class _Either:
     """The keys of either of two collections, for membership tests."""
 

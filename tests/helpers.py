@@ -80,3 +80,41 @@ def stores_as_made(graph) -> list:
     tasks = convert_legacy_graph(dict(graph.__dask_graph__() if hasattr(graph, "__dask_graph__") else graph))
     return [key for key, task in tasks.items()
             if isinstance(task, Task) and isinstance(task.func, functools.partial) and task.func.func is _store_as_made]
+
+
+def _nested_tasks(value) -> list:
+    """Tasks (task objects, aliases, legacy task tuples) and references nested anywhere in a
+    task's argument, below its top level."""
+    from dask._task_spec import GraphNode, TaskRef
+
+    if isinstance(value, (GraphNode, TaskRef)):
+        return [value]
+    if isinstance(value, tuple) and value and callable(value[0]):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [found for item in value for found in _nested_tasks(item)]
+    return []
+
+
+def assert_flat_layer(graph, name: str) -> int:
+    """Assert that every task of layer ``name`` of ``graph`` is a key of the graph (an alias) or
+    a task object whose arguments are plain data and ``TaskRef``\\ s at its top level, each
+    key once (a distributed scheduler holds every nested task as an object of its own for the
+    whole run); the number of tasks."""
+    from dask._task_spec import Task, TaskRef
+
+    layer = dict(graph.layers[name])
+    for key, task in layer.items():
+        if not isinstance(task, Task):
+            try:
+                alias = task in graph
+            except TypeError:  # unhashable: a legacy task tuple with lists in it
+                alias = False
+            assert alias, (key, task)
+            continue
+        refs = [arg.key for arg in task.args if isinstance(arg, TaskRef)]
+        assert len(refs) == len(set(refs)), (key, refs)
+        assert not [found for arg in task.args if not isinstance(arg, TaskRef) for found in _nested_tasks(arg)], key
+    return len(layer)

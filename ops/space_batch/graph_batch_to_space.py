@@ -40,10 +40,10 @@ from ops.space_batch.kernel import (
     _batch_to_space_gathered,
     _batch_to_space_joined,
     _batch_to_space_local,
+    _batch_to_space_one,
     _batch_to_space_read_reader,
     _batch_to_space_reader,
     _export,
-    batch_to_space_nd_kernel,
 )
 from ops.space_batch.plan import (
     _local_crops,
@@ -168,16 +168,22 @@ class _BatchToSpacePlan:
         m = len(self.block_shape)
         return all(k == (0, n) for k, n in zip(self.kept, self.x.numblocks[1 : 1 + m]))
 
-    def block(self, index):
-        """Input block ``index`` of the plan: x's key, a read of its source, or a slice of x's
-        block (an inline task) when the plan splits x's blocks without a split of its own."""
+    def task(self, key, function, indices, *args):
+        """The task ``function(blocks, *args)`` of the plan's input blocks at ``indices``, taken
+        as flat arguments: read from x's source (its ``Regions``), or x's blocks as
+        ``TaskRef``\ s, each sliced in the task when the plan splits x's blocks without a
+        split of its own."""
         if self.pieces is None:
-            return (self.x.name, *index)
-        old = tuple(self.pieces[a][i][0] for a, i in enumerate(index))
-        local = tuple(self.pieces[a][i][1] for a, i in enumerate(index))
+            return Task(key, _lazy_layer.take_then, function, [(n, None) for n in range(len(indices))], args,
+                        *(TaskRef((self.x.name, *index)) for index in indices))
+        olds = [tuple(self.pieces[a][i][0] for a, i in enumerate(index)) for index in indices]
+        locals_ = [tuple(self.pieces[a][i][1] for a, i in enumerate(index)) for index in indices]
         if self.source is not None:
-            return self.source.read(old, local)
-        return (operator.getitem, (self.x.name, *old), local)
+            return Task(key, _block_reads.read_then, function, self.source.ref(), self.source.regions(olds, locals_),
+                        args)
+        refs = {}
+        parts = [(refs.setdefault(old, len(refs)), local) for old, local in zip(olds, locals_)]
+        return Task(key, _lazy_layer.take_then, function, parts, args, *(TaskRef((self.x.name, *o)) for o in refs))
 
 
 #: Chunks' worth a bundle holds beside the parts of its output blocks, at its peak: a Zarr
@@ -257,8 +263,9 @@ def _batch_to_space_single_tasks(plan: _BatchToSpacePlan) -> dict:
     m = len(plan.block_shape)
     layer = {}
     for index, spatial, block_crops in _output_blocks(plan):
-        task = plan.block((0, *spatial, *index[1 + m :]))
-        layer[(plan.name, *index)] = (batch_to_space_nd_kernel, task, list(plan.block_shape), block_crops)
+        key = (plan.name, *index)
+        layer[key] = plan.task(key, _batch_to_space_one, [(0, *spatial, *index[1 + m :])], list(plan.block_shape),
+                               block_crops)
     return layer
 
 
@@ -266,8 +273,9 @@ def _batch_to_space_groups_tasks(plan: _BatchToSpacePlan) -> dict:
     """A task per output block, taking the same block of each of the P groups."""
     layer = {}
     for index, spatial, block_crops in _output_blocks(plan):
-        blocks = [plan.block(b) for b in _group_blocks(plan, index, spatial)]
-        layer[(plan.name, *index)] = (_batch_to_space_block, blocks, list(plan.block_shape), block_crops)
+        key = (plan.name, *index)
+        layer[key] = plan.task(key, _batch_to_space_block, _group_blocks(plan, index, spatial),
+                               list(plan.block_shape), block_crops)
     return layer
 
 
@@ -360,6 +368,9 @@ def _batch_to_space_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     bundles: dict[tuple, list] = {}  # source chunks -> [(crops or None, parts)] of each output
     outputs: dict[tuple, tuple] = {}  # output block -> ([(bundle's source chunks, position)], origins, rows, crops)
     layer = {}
+    # Bundles share most of their parts' slices (the same rows of a chunk): one object each,
+    # not one per part. The tasks hold them for the whole run.
+    shared_slices: dict = {}
 
     def parts_of(n, box, rest):
         """The source chunks of one bundle and the part each group takes of its own chunk."""
@@ -368,7 +379,12 @@ def _batch_to_space_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
             first, local = pieces[0][g * batch_blocks + n]
             chunk = (first, *(k for k, *_ in box), *rest)
             sources.append(chunk)
-            parts.append((chunk, (local, *(slice(a, z) for _, a, z, _ in box), *(slice(None),) * len(rest))))
+            bounds = (local.start, local.stop, *((a, z) for _, a, z, _ in box))
+            slices = shared_slices.get(bounds)
+            if slices is None:
+                slices = (local, *(slice(a, z) for _, a, z, _ in box), *(slice(None),) * len(rest))
+                shared_slices[bounds] = slices
+            parts.append((chunk, slices))
         unique = tuple(dict.fromkeys(sources))
         return unique, [(unique.index(chunk), slices) for chunk, slices in parts]
 

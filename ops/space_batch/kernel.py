@@ -255,6 +255,12 @@ def _batch_to_space_block(blocks, block_shape, crops):
     return batch_to_space_nd_kernel(list(blocks), block_shape, crops)
 
 
+def _batch_to_space_one(blocks, block_shape, crops):
+    """One output block from one input block holding all P groups of its rows (``blocks``: it alone)."""
+    (block,) = blocks
+    return batch_to_space_nd_kernel(block, block_shape, crops)
+
+
 def _batch_to_space_local(block, block_shape, local_crops, block_id=None):
     """One output block of a blockwise map: the input block (all P groups of its rows),
     cropped as its place in the grid (``block_id``) says (``local_crops``: per axis, per block)."""

@@ -193,6 +193,10 @@ def _owned_windows(reads, batch_blocks: int, rest_blocks) -> dict:
     number, index]``; its halos, as (owner window, export number, offsets))."""
     owners = [_owners(axis) for axis in reads]
     windows: dict[tuple, tuple[list, list, list, list]] = {}
+    # Windows share most of their boxes and offsets (the same rows of a chunk, the same place
+    # in a block): one object each, not one per window. The tasks hold them for the whole run.
+    shared_boxes: dict = {}
+    shared_offsets: dict = {}
     for n in range(batch_blocks):
         for spatial in np.ndindex(*map(len, reads)):
             axis_reads = [reads[i][k] for i, k in enumerate(spatial)]
@@ -207,8 +211,10 @@ def _owned_windows(reads, batch_blocks: int, rest_blocks) -> dict:
                     owner_chunks, _, exports, _ = windows.setdefault(owner, ([], [], [], []))
                     if ks not in owner_chunks:
                         owner_chunks.append(ks)
-                    index = (slice(None), *(slice(a, z) for _, a, z, _ in combo))
-                    offsets = [o for *_, o in combo]
+                    bounds = tuple((a, z) for _, a, z, _ in combo)
+                    index = shared_boxes.setdefault(bounds, (slice(None), *(slice(a, z) for a, z in bounds)))
+                    offsets = tuple(o for *_, o in combo)
+                    offsets = shared_offsets.setdefault(offsets, offsets)
                     if owner == key:
                         pieces.append([owner_chunks.index(ks), index, offsets])
                     else:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ops
-from tests.helpers import assert_same, compute
+from tests.helpers import assert_flat_layer, assert_same, compute
 from tests.ops import reference
 
 
@@ -156,3 +156,15 @@ def test_column_chunks_and_unaligned_group_rows_need_no_materialised_layer():
     y = ops.ascend_dequant(src, scale, dst_dtype="float32", policy="per_group", group_size=32, k_dim=0)
     assert materialised_tasks(y, src) <= 1  # the scale's one block
     assert tasks_after_optimisation(y) <= 3 * src.npartitions
+
+
+def test_realigned_blocks_take_their_pieces_as_flat_arguments():
+    # A new block joined from pieces of several input blocks takes each block as a TaskRef
+    # argument and the layout as data: no nested getitem task per piece, which a distributed
+    # scheduler would hold as an object of its own for the whole run.
+    values = np.arange(2 * 12 * 12 * 4, dtype=np.float32).reshape(2, 12, 12, 4)
+    x = da.from_array(values, chunks=(1, 3, 3, 4)) + 0
+    y = ops.space_to_depth(x, 2)
+    (realign,) = [name for name in y.dask.layers if name.startswith("realign-")]
+    assert assert_flat_layer(y.dask, realign) > 0
+    assert_same(compute(y), ops.space_to_depth(values, 2))

@@ -5,6 +5,7 @@ number of chunks, and the tasks made later compute what NumPy computes."""
 from __future__ import annotations
 
 import pickle
+from unittest import mock
 
 import dask
 import dask.array as da
@@ -17,7 +18,7 @@ from dask.highlevelgraph import MaterializedLayer
 import ops
 from ops._block_reads import BlockReads
 from ops._lazy_layer import LazyLayer
-from tests.helpers import assert_same
+from tests.helpers import assert_flat_layer, assert_same
 
 S2B, S2B_PADDED = ([2, 2], [[0, 0], [0, 0]]), ([2, 2], [[1, 1], [3, 1]])
 B2S, B2S_CROPPED = ([2, 2], [[0, 0], [0, 0]]), ([2, 2], [[1, 1], [1, 3]])
@@ -126,3 +127,45 @@ def test_a_stored_result_costs_at_most_three_tasks_per_input_block(call, source)
     with ops.fusing_stores():
         (optimized,) = dask.optimize(da.store(y, target, lock=False, compute=False))
     assert len(dict(optimized.__dask_graph__())) <= 3 * x.npartitions
+
+
+@pytest.mark.parametrize("small_results", [True, False])
+@pytest.mark.parametrize("batch_chunks", [1, 4])
+@pytest.mark.parametrize("source", ["computed", "zarr"])
+@pytest.mark.parametrize("call", CALLS)
+def test_made_tasks_nest_no_task(call, source, batch_chunks, small_results):
+    # A distributed scheduler holds every task object of a graph for the whole run: a read,
+    # halo or part nested in a task as a task of its own (with its own set of dependencies and
+    # a reference to the source) cost about a KiB each, several per chunk. The tasks take
+    # their inputs as TaskRef arguments and the rest as plain data; results stay NumPy's.
+    from ops.space_batch import graph as space_batch_graph
+
+    function, args = CALLS[call]
+    values = np.arange(4 * 16 * 16 * 3, dtype=np.float32).reshape(4, 16, 16, 3)
+    chunks = (4 // batch_chunks, 4, 4, 3)
+    x = da.from_array(values, chunks=chunks) + 0 if source == "computed" else _zarr_source(values.shape, chunks,
+                                                                                             values)
+    with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small_results else 0):
+        y = function(x, *args)
+        if isinstance(y.dask.layers[y.name], LazyLayer):
+            assert assert_flat_layer(y.dask, y.name) > 0
+        assert_same(y.compute(scheduler="synchronous"), function(values, *args))
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_a_stored_graph_holds_few_bytes_per_input_chunk_more_than_a_copy(call):
+    # The made store graph of each operator from a Zarr source of 1,600 tiny chunks, as
+    # bench.graph_scale --graph-memory traces it, against a plain Zarr copy of the same
+    # chunks (whose graph has about twice as many tasks, each with a scheduler's fixed cost
+    # besides). With a nested task per chunk read, halo and part, and a box of slices per
+    # window, padded SpaceToBatchND held 6.0 times the copy's bytes per input chunk, cropped
+    # BatchToSpaceND 5.6 times and SpaceToBatchND 3.1 times; now at most 2.6 times.
+    from bench.graph_scale import metadata_array, scheduler_tasks_and_bytes
+
+    function, args = CALLS[call]
+
+    def held(build) -> float:
+        x = da.from_zarr(metadata_array(zarr.storage.MemoryStore(), (4, 40, 40, 4), (1, 2, 2, 4), "float32"))
+        return scheduler_tasks_and_bytes([build(x)])[1] / x.npartitions
+
+    assert held(lambda x: function(x, *args)) < 3 * held(lambda x: x)
