@@ -20,11 +20,11 @@ from dask.base import tokenize
 from dask.core import keys_in_tasks
 from dask.highlevelgraph import HighLevelGraph, Layer
 
-# Dask's task objects (private, but in every Dask this project supports). A layer's tasks made
-# as ``Task(key, function, *arguments)`` take arguments as they are: only a ``TaskRef``
-# argument is a dependency, and nothing else is searched for keys, so plain data (slices,
-# offsets, read regions) needs no wrapping and no nested task.
-from dask._task_spec import DataNode, Task, TaskRef  # noqa: F401 (Task, TaskRef: for the plans)
+# Dask's task objects (private, but in every Dask this project supports). The plans make their
+# tasks as ``Task(key, function, *arguments)``, which takes arguments as they are: only a
+# ``TaskRef`` argument is a dependency, and nothing else is searched for keys, so plain data
+# (slices, offsets, read regions) needs no wrapping and no nested task.
+from dask._task_spec import DataNode
 
 
 def static(value):

@@ -15,11 +15,12 @@ import operator
 
 import dask.array as da
 import numpy as np
+from dask._task_spec import Task, TaskRef
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from ops import _chunks
-from ops._lazy_layer import LazyLayer, Task, TaskRef
+from ops._lazy_layer import LazyLayer
 
 
 def axis_pieces(old: tuple[int, ...], new: tuple[int, ...]) -> list[list[tuple[int, slice]]]:

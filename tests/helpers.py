@@ -100,7 +100,7 @@ def _nested_tasks(value) -> list:
 
 def assert_flat_layer(graph, name: str) -> int:
     """Assert that every task of layer ``name`` of ``graph`` is a key of the graph (an alias) or
-    a task object whose arguments are plain data and ``TaskRef``\\ s at its top level, each
+    a task object whose arguments are plain data and ``TaskRef`` arguments at its top level, each
     key once (a distributed scheduler holds every nested task as an object of its own for the
     whole run); the number of tasks."""
     from dask._task_spec import Task, TaskRef

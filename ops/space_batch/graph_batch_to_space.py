@@ -29,10 +29,10 @@ import uuid
 
 import dask.array as da
 import numpy as np
+from dask._task_spec import Task, TaskRef
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy, _lazy_layer, _scratch
-from ops._lazy_layer import Task, TaskRef
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
     _batch_to_space_block,
@@ -171,7 +171,7 @@ class _BatchToSpacePlan:
     def task(self, key, function, indices, *args):
         """The task ``function(blocks, *args)`` of the plan's input blocks at ``indices``, taken
         as flat arguments: read from x's source (its ``Regions``), or x's blocks as
-        ``TaskRef``\ s, each sliced in the task when the plan splits x's blocks without a
+        ``TaskRef`` arguments, each sliced in the task when the plan splits x's blocks without a
         split of its own."""
         if self.pieces is None:
             return Task(key, _lazy_layer.take_then, function, [(n, None) for n in range(len(indices))], args,

@@ -32,10 +32,10 @@ import operator
 
 import dask.array as da
 import numpy as np
+from dask._task_spec import Task, TaskRef
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy
-from ops._lazy_layer import Task, TaskRef
 from ops.space_batch import padding
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
