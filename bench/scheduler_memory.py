@@ -12,8 +12,8 @@ collection, against the same reading before the submission (after a small graph 
 case was submitted and let go, so that what unpacking it imports is not counted). A fresh
 scheduler per case, so that no case inherits what another left in its heap.
 
-Printed only (``--no-record`` is implied): the numbers go into ``bench.graph_scale``'s section
-of bench/RESULTS.md by hand, beside the end-to-end runs they explain. Run an export of an
+Printed only: the numbers go into ``bench.graph_scale``'s section of bench/RESULTS.md by hand,
+beside the end-to-end runs they explain. Run an export of an
 earlier commit the same way for a before/after comparison on the same machine.
 """
 
@@ -32,6 +32,10 @@ import zarr
 from bench.common import Processes, free_port, machine, wait_until
 from bench.graph_scale import CASES, COPY, input_chunks, inputs_of, metadata_array, stored_graph
 from ops._fused_stores import fusing
+
+
+#: Seconds the scheduler may take to unpack and optimise a submitted graph.
+HOLD_TIMEOUT = 900
 
 
 def _resident_bytes() -> int:
@@ -59,7 +63,12 @@ def _held(client, stored):
     optimises the graph after the submission returns, so held once the count stops growing."""
     future = client.compute(stored)
     held, steady = 0, 0
+    deadline = time.monotonic() + HOLD_TIMEOUT
     while steady < 3:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the scheduler held {held} tasks and was still unpacking after {HOLD_TIMEOUT} s")
+        if future.status == "error":
+            future.result()  # raises the submission's error
         time.sleep(1)
         now = client.run_on_scheduler(_held_tasks)
         steady = steady + 1 if now == held and now > 0 else 0
