@@ -64,7 +64,8 @@ def _realign_tasks(name, x_name, x_chunks, pieces) -> dict:
         if all(len(p) == 1 for p in per_axis):
             old = tuple(p[0][0] for p in per_axis)
             local = _local(x_chunks, old, tuple(p[0][1] for p in per_axis))
-            tasks[key] = (x_name, *old) if local is None else Task(key, operator.getitem, TaskRef((x_name, *old)), local)
+            block = (x_name, *old)
+            tasks[key] = block if local is None else Task(key, operator.getitem, TaskRef(block), local)
             continue
         blocks = {}
         layout = _layout(x_chunks, per_axis, blocks)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import contextvars
 import functools
 import json
 import mmap
@@ -295,8 +296,19 @@ def as_scratch(value, what: str = "scratch") -> Scratch | None:
     )
 
 
+#: The scratch store ``scratch`` set for the current thread (or task), over Dask's config.
+#: Dask's config is process-wide: a ``dask.config.set`` context entered by one thread (one job
+#: of the service, with its own scratch) is seen by every other thread building a graph at
+#: that moment, which would then put its files in that job's store.
+_SET_HERE = contextvars.ContextVar("chunked_tensor_ops_scratch", default=None)
+
+
 def configured() -> Scratch | None:
-    """The scratch store set in Dask's config (``chunked-tensor-ops.scratch``), or None."""
+    """The scratch store ``scratch`` set for this thread, else the one in Dask's config
+    (``chunked-tensor-ops.scratch``), or None."""
+    here = _SET_HERE.get()
+    if here is not None:
+        return as_scratch(here, "ops.scratch")
     return as_scratch(dask.config.get(CONFIG_KEY, None), f"dask config {CONFIG_KEY}")
 
 
@@ -329,7 +341,9 @@ def scratch(url, storage_options: Mapping | None = None):
     Returns
     -------
     context manager
-        ``dask.config.set({"chunked-tensor-ops.scratch": ...})``.
+        Sets the store for the thread (or asyncio task) that enters it, over Dask's config
+        key ``chunked-tensor-ops.scratch`` (a process-wide default): graphs built at the same
+        time in other threads do not see it.
 
     Examples
     --------
@@ -343,4 +357,13 @@ def scratch(url, storage_options: Mapping | None = None):
            [2048, 2049, 2050, 2051]])
     """
     value = {"url": os.fspath(url), "storage_options": dict(storage_options or {})}
-    return dask.config.set({CONFIG_KEY: value})
+    return _set_here(value)
+
+
+@contextlib.contextmanager
+def _set_here(value):
+    token = _SET_HERE.set(value)
+    try:
+        yield
+    finally:
+        _SET_HERE.reset(token)

@@ -191,3 +191,34 @@ def test_a_local_part_is_mapped_not_copied_and_outlives_its_file(tmp_path):
     assert run.read_view("empty") == run.read("empty") == b""
     with pytest.raises(FileNotFoundError, match=r"a scratch file under .* is missing .*compute it again"):
         run.read_view("part")
+
+
+def test_a_scratch_store_set_in_one_thread_is_not_seen_by_another(tmp_path):
+    # The service builds jobs in threads, each job with its own scratch store: a store set by
+    # one job while another builds must not move the other's files into it (with Dask's
+    # process-wide config it did, and a plain build took the scratch plan now and then).
+    import threading
+
+    values = np.arange(4 * 16 * 8 * 2, dtype=np.float32).reshape(4, 16, 8, 2)
+    x, _ = _counted_zarr_of(values, (1, 4, 8, 2))
+    entered, built = threading.Event(), threading.Event()
+
+    def job_with_scratch():
+        with ops.scratch(tmp_path):
+            entered.set()
+            built.wait(30)
+
+    thread = threading.Thread(target=job_with_scratch)
+    thread.start()
+    try:
+        assert entered.wait(30)
+        with dask.config.set({"array.chunk-size": "1KiB"}):
+            plain = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    finally:
+        built.set()
+        thread.join()
+    assert not [k for k in dict(plain.__dask_graph__()) if "-split-" in str(k[0])]
+    with ops.scratch(tmp_path), dask.config.set({"array.chunk-size": "1KiB"}):
+        here = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
+    assert [k for k in dict(here.__dask_graph__()) if "-split-" in str(k[0])]
+    assert_same(plain.compute(), ops.batch_to_space_nd(values, [2, 2], [[0, 0], [0, 0]]))
