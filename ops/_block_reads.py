@@ -135,13 +135,17 @@ class BlockReads:
     def read(self, index, local=None):
         """A task (legacy tuple) reading block ``index``, restricted to the slices ``local``
         (relative to the block; None: the whole block)."""
+        return (self.func, self.source, self._region(index, local), *self.extra)
+
+    def _region(self, index, local=None) -> tuple[slice, ...]:
+        """The slices, in the source, of block ``index`` restricted to ``local`` (None: whole)."""
         slices = _block_slices(self.bounds, index)
-        if local is not None:
-            slices = tuple(
-                slice(s.start + (lo.start or 0), s.start + (s.stop - s.start if lo.stop is None else lo.stop))
-                for s, lo in zip(slices, local)
-            )
-        return (self.func, self.source, slices, *self.extra)
+        if local is None:
+            return slices
+        return tuple(
+            slice(s.start + (lo.start or 0), s.start + (s.stop - s.start if lo.stop is None else lo.stop))
+            for s, lo in zip(slices, local)
+        )
 
     def whole(self):
         """A task (legacy tuple) reading the whole array in one read, whatever its chunks."""
@@ -172,7 +176,7 @@ class BlockReads:
         shared = self.__dict__.setdefault("_shared_slices", {})
         slices = []
         for block, local in zip(blocks, locals_):
-            region = self.read(block, local)[2]
+            region = self._region(block, local)
             slices.append(tuple(shared.setdefault((s.start, s.stop), s) for s in region))
         return Regions(self.func, tuple(slices), self.extra)
 
@@ -217,13 +221,6 @@ class Regions:
 
     def __dask_tokenize__(self):
         return ("Regions", tokenize(self.func, self.slices, self.extra))
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Regions) and (self.func, self.slices, self.extra) == (
-            other.func, other.slices, other.extra)
-
-    def __hash__(self) -> int:
-        return hash((self.func, tuple(tuple((s.start, s.stop) for s in r) for r in self.slices), self.extra))
 
     def __repr__(self) -> str:
         return f"Regions({getattr(self.func, '__name__', self.func)}, {len(self.slices)} regions)"

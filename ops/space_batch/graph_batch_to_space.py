@@ -41,7 +41,6 @@ from ops.space_batch.kernel import (
     _batch_to_space_joined,
     _batch_to_space_local,
     _batch_to_space_one,
-    _batch_to_space_read_reader,
     _batch_to_space_reader,
     _export,
 )
@@ -321,7 +320,7 @@ def _batch_to_space_single_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     is read once, whole, by the block that takes most of it; that block's reader copies out
     the rows the other blocks take, which make their own blocks from their rows and those (no
     rechunk, no chunk read twice)."""
-    x, source, shifted, token = plan.x, plan.source, plan.shifted, plan.token
+    x, shifted, token = plan.x, plan.shifted, plan.token
     m = len(plan.block_shape)
     name, reader_name, export_name = (f"batch_to_space_nd{part}-{token}" for part in ("", "-reader", "-export"))
     # SpaceToBatchND's halo plan: for each block, the chunks it reads, its boxes of them, the
@@ -333,12 +332,7 @@ def _batch_to_space_single_shifted_tasks(plan: _BatchToSpacePlan) -> dict:
     for key, (reads, own, exports, imports) in windows.items():
         chunks = [(0, *ks, *key[1 + m :]) for ks in reads]
         reader_key = (reader_name, *key[1:])
-        if source is not None:
-            layer[reader_key] = Task(reader_key, _batch_to_space_read_reader, own, exports, source.ref(),
-                                     source.regions(chunks))
-        else:
-            layer[reader_key] = Task(reader_key, _batch_to_space_reader, own, exports,
-                                     *(TaskRef((x.name, *i)) for i in chunks))
+        layer[reader_key] = plan.task(reader_key, _batch_to_space_reader, chunks, own, exports)
         for e in range(0 if whole else len(exports)):
             export_key = (export_name, *key[1:], e)
             layer[export_key] = Task(export_key, _export, TaskRef(reader_key), e)

@@ -36,14 +36,15 @@ from dask._task_spec import Task, TaskRef
 from dask.base import tokenize
 
 from ops import _block_reads, _chunks, _fused_stores, _lazy
+from ops._block_reads import read_then
+from ops._lazy_layer import take_then
 from ops.space_batch import padding
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
     _edge,
     _export,
     _group_blocks_of,
-    _space_to_batch_read,
-    _space_to_batch_taken,
+    _space_to_batch_placed,
     _space_to_batch_window,
     _with_halos,
     space_to_batch_nd_kernel,
@@ -220,12 +221,14 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
 
     def from_blocks(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
-        arrays, spec = {}, []
+        arrays, parts, offsets = {}, [], []
         for p, combo in enumerate(itertools.product(*axis_reads)):
             block = (n, *(k for k, *_ in combo), *rest)
             array, index = _piece(x, (x.name, *block), combo, layer, (edge_name, *key, p))
-            spec.append([arrays.setdefault(array, len(arrays)), index, [o for *_, o in combo]])
-        return _space_to_batch_taken, (spec, block_shape, shape, x.dtype, fill, *map(TaskRef, arrays))
+            parts.append((arrays.setdefault(array, len(arrays)), index))
+            offsets.append([o for *_, o in combo])
+        return take_then, (_space_to_batch_placed, parts, (offsets, block_shape, shape, x.dtype, fill),
+                           *map(TaskRef, arrays))
 
     def region_reads(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
@@ -234,8 +237,8 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
         locals_ = [(slice(None), *(slice(a, z) for _, a, z, _ in combo), *(slice(None),) * len(rest))
                    for combo in combos]
         offsets = [[o for *_, o in combo] for combo in combos]
-        return _space_to_batch_read, (stored.ref(), stored.regions(blocks, locals_), offsets, block_shape, shape,
-                                      x.dtype, fill)
+        return read_then, (_space_to_batch_placed, stored.ref(), stored.regions(blocks, locals_),
+                           (offsets, block_shape, shape, x.dtype, fill))
 
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy == "owned_halos" else None
     # Small windows: the neighbour cuts its halo out of the owner's whole result itself, so
@@ -247,8 +250,8 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
         own_chunks, pieces, exports, halos = windows[key]
         window_key = (window_name, *key)
         regions = stored.regions([(n, *ks, *rest) for ks in own_chunks])
-        layer[window_key] = Task(window_key, _space_to_batch_window, stored.ref(), regions, pieces, exports,
-                                 block_shape, shape, x.dtype, fill)
+        layer[window_key] = Task(window_key, read_then, _space_to_batch_window, stored.ref(), regions,
+                                 (pieces, exports, block_shape, shape, x.dtype, fill))
         if not inline_halos:
             for e in range(len(exports)):
                 layer[(edge_name, *key, e)] = Task((edge_name, *key, e), _export, TaskRef(window_key), e)

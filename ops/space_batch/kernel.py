@@ -189,26 +189,18 @@ def _edge(block, index):
     return block[index].copy()
 
 
-def _space_to_batch_taken(spec, block_shape, shape, dtype, fill: PadCells | None, *arrays):
-    """One output block of SpaceToBatchND from pieces of ``arrays`` (blocks, or a few rows of
-    one: ``_edge``), each ``[array number, index, offsets]`` in ``spec`` (as in
-    ``_space_to_batch_pieces``)."""
-    pieces = [[arrays[a], index, offsets] for a, index, offsets in spec]
+def _space_to_batch_placed(arrays, offsets, block_shape, shape, dtype, fill: PadCells | None):
+    """One output block of SpaceToBatchND from its input pieces ``arrays`` (its own block or
+    part of it, and halos), ``arrays[k]`` landing at padded rows ``offsets[k]`` of the block: a
+    task's function through ``_block_reads.read_then`` or ``_lazy_layer.take_then``."""
+    pieces = [[array, None, at] for array, at in zip(arrays, offsets)]
     return _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill)
 
 
-def _space_to_batch_read(source, regions, offsets, block_shape, shape, dtype, fill: PadCells | None):
-    """One output block of SpaceToBatchND that reads its input pieces itself: region ``k`` of
-    ``regions`` (``_block_reads.Regions``) of ``source`` lands at padded rows ``offsets[k]``."""
-    pieces = [[array, None, at] for array, at in zip(regions.read_all(source), offsets)]
-    return _space_to_batch_pieces(pieces, block_shape, shape, dtype, fill)
-
-
-def _space_to_batch_window(source, regions, pieces, exports, block_shape, shape, dtype, fill: PadCells | None):
-    """A window that reads its own input chunks (``regions`` of ``source``, read whole): its
-    output block from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the
-    rows its neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
-    chunks = regions.read_all(source)
+def _space_to_batch_window(chunks, pieces, exports, block_shape, shape, dtype, fill: PadCells | None):
+    """A window that reads its own input chunks (``chunks``, read whole): its output block
+    from the pieces it owns, ``[chunk number, index, offsets]``, and copies of the rows its
+    neighbours take from those chunks, ``[chunk number, index]`` (their halos)."""
     y = _space_to_batch_pieces(
         [[chunks[c], index, offsets] for c, index, offsets in pieces], block_shape, shape, dtype, fill
     )
@@ -227,9 +219,14 @@ def _with_halos(window, halos, block_shape, *sources):
     rows are the ``e``-th a neighbour's window in ``sources`` copied out (``_export``), or with
     ``e`` None that source itself (an edge task's rows)."""
     y = window[0]
-    pieces = [[sources[n] if e is None else _export(sources[n], e), None, offsets] for n, e, offsets in halos]
-    _fill(y, pieces, block_shape)
+    _fill(y, [[_copied_out(sources, n, e), None, offsets] for n, e, offsets in halos], block_shape)
     return y
+
+
+def _copied_out(sources, n: int, e):
+    """The rows a neighbour copied out for a task: the ``e``-th export of the window or reader
+    ``sources[n]``, or with ``e`` None ``sources[n]`` itself (an export task's result)."""
+    return sources[n] if e is None else _export(sources[n], e)
 
 
 def _groups(block, block_shape) -> tuple:
@@ -360,21 +357,16 @@ def _batch_to_space_boxes(pieces, rows, block_shape, crops):
     return y
 
 
-def _batch_to_space_reader(own, exports, *chunks):
+def _batch_to_space_reader(chunks, own, exports):
     """A block's reads (``chunks``, whole): the boxes its block takes of them, ``[chunk number,
     index, origin]`` (views, with their origins in the block), and copies of the boxes other
     blocks take, ``[chunk number, index]``, for them."""
     return [(chunks[c][index], origin) for c, index, origin in own], [chunks[c][index].copy() for c, index in exports]
 
 
-def _batch_to_space_read_reader(own, exports, source, reads):
-    """``_batch_to_space_reader`` of the chunks ``reads`` (``_block_reads.Regions``) of ``source``."""
-    return _batch_to_space_reader(own, exports, *reads.read_all(source))
-
-
 def _batch_to_space_gathered(reader, imports, rows, block_shape, crops, *sources):
     """A block from its own boxes (``reader``'s) and the boxes other readers copied for it
     (``imports``: ``(source number, e, origin)``: the ``e``-th box that reader in ``sources``
     copied out (``_export``), or with ``e`` None that source itself, an export task's box)."""
-    boxes = [(sources[n] if e is None else _export(sources[n], e), origin) for n, e, origin in imports]
+    boxes = [(_copied_out(sources, n, e), origin) for n, e, origin in imports]
     return _batch_to_space_boxes([*reader[0], *boxes], rows, block_shape, crops)
