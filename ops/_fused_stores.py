@@ -48,14 +48,23 @@ except ImportError:  # pragma: no cover - depends on the installed Dask
 
 #: A multi-output task's function -> the function with the same arguments yielding its blocks.
 _BLOCKS_OF: dict = {}
+#: The block-by-block functions whose blocks after the stored ones are small (``streams``).
+_SMALL_EXTRAS: set = set()
 
 
-def streams(blocks):
+def streams(blocks, small_extras: bool = False):
     """Register ``blocks`` (a generator function) as the block-by-block form of the decorated
-    multi-output function, whose result is ``tuple(blocks(*args))``."""
+    multi-output function, whose result is ``tuple(blocks(*args))``.
+
+    ``small_extras``: what ``blocks`` yields after the blocks that are stored is small (a few
+    rows that other tasks take): a task that only waits for the stores may then take the
+    task's result whole instead of a pick of each store's result.
+    """
 
     def register(function):
         _BLOCKS_OF[function] = blocks
+        if small_extras:
+            _SMALL_EXTRAS.add(blocks)
         return function
 
     return register
@@ -213,14 +222,16 @@ def _writer(tasks: dict, key):
         return _writer(tasks, node.target)
     if not isinstance(node, Task) or node.func is not _stored:
         return key
-    # Only a task that keeps no block for others: its result is then a tuple of None, cheap
-    # to send to a done task on another worker; a kept block would travel with it.
+    # Only a task that keeps no block for others, or keeps only small ones made after those it
+    # stores: its result is then a tuple of None (and those), cheap to send to a done task on
+    # another worker; a kept block would travel with it.
     (fused,) = node.dependencies
     run = getattr(tasks.get(fused), "func", None)
     if not isinstance(run, functools.partial) or run.func is not _store_as_made:
         return key
-    _blocks, _stores, keep = run.args  # as ``_rewritten`` binds them
-    return key if keep else fused
+    blocks, stores, keep = run.args  # as ``_rewritten`` binds them
+    small = blocks in _SMALL_EXTRAS and min(keep, default=0) > max(stores, default=-1)
+    return fused if not keep or small else key
 
 
 class _FusingArray(da.Array):

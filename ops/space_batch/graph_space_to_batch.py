@@ -17,6 +17,10 @@ written by the task that makes a block, into its padding cells alone. The strate
   source itself.
 - owned halos: the same source with halos: each chunk is read whole by the window that takes
   most of it, which copies out its neighbours' halo rows, so that no chunk is decoded twice.
+- chained halos: the same, where the halos on each axis come from one side and there are
+  windows enough: a window's one task reads its chunks, makes its blocks with the halos its
+  neighbours' tasks copied out, and copies out the rows its own neighbours take. No window's
+  block waits, held, for its halos, and there is no second task per window.
 
 With the batch axis chunked, a window spans as many blocks of the first spatial axis as fit
 in a quarter of ``array.chunk-size``, so output blocks are not 1/P of an input block (with
@@ -41,6 +45,7 @@ from ops._lazy_layer import take_then
 from ops.space_batch import padding
 from ops.space_batch.graph import _Input, _largest_block_bytes, _lazy_array, taken_whole
 from ops.space_batch.kernel import (
+    _chained_blocks_of,
     _edge,
     _export,
     _group_blocks_of,
@@ -49,7 +54,13 @@ from ops.space_batch.kernel import (
     _with_halos,
     space_to_batch_nd_kernel,
 )
-from ops.space_batch.plan import _each_chunk_read_once, _owned_windows, _whole_blocks, space_to_batch_nd_chunks
+from ops.space_batch.plan import (
+    _each_chunk_read_once,
+    _owned_windows,
+    _whole_blocks,
+    halos_chain,
+    space_to_batch_nd_chunks,
+)
 
 
 def _build_space_to_batch_nd(x: da.Array, block_shape, paddings, fill: np.ndarray) -> da.Array:
@@ -97,6 +108,8 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
     # over the others, which Zarr then does not store as a chunk of its own, almost empty.
     out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, absorb_tail=True)
     out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=False, absorb_tail=True)
+    if halos_chain(reads, x.numblocks[0], x.numblocks[1 + m :]):
+        return _build_space_to_batch_chained_halos, out_chunks, reads, stored
     return _build_space_to_batch_owned_halos, out_chunks, reads, stored
 
 
@@ -183,6 +196,18 @@ def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_ch
     return _space_to_batch_windows("owned_halos", x, block_shape, paddings, out_chunks, reads, stored, pad)
 
 
+def _build_space_to_batch_chained_halos(x: da.Array, block_shape, paddings, out_chunks, reads, stored, pad) -> da.Array:
+    """As ``_build_space_to_batch_owned_halos``, with one task per window: it reads its chunks,
+    makes its blocks with the halos its neighbours' tasks copied out, and copies out the rows
+    its own neighbours take (``plan.halos_chain``)."""
+    # Owned halos make each block in two tasks: the window's whole block is a result held, on
+    # a worker near its memory limit spilled, until the halos are ready, and read again on
+    # another worker when the second task runs there. Here the halos come first instead: a
+    # window waits for its neighbours on one side, which the chain allows when no two windows
+    # wait on each other and enough windows are free at any time.
+    return _space_to_batch_windows("chained_halos", x, block_shape, paddings, out_chunks, reads, stored, pad)
+
+
 # ---------------------------------------------------------------------------------------------
 # The window strategies' common graph: built lazily (``LazyLayer``), when the graph is run
 
@@ -217,7 +242,9 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
     object each for the whole run.
     """
     m = len(block_shape)
-    edge_name, window_name = (f"space_to_batch_nd{part}-{token}" for part in ("-edge", "-window"))
+    edge_name, window_name, exports_name, all_name = (
+        f"space_to_batch_nd{part}-{token}" for part in ("-edge", "-window", "-exports", "-all")
+    )
 
     def from_blocks(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
@@ -240,7 +267,8 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
         return read_then, (_space_to_batch_placed, stored.ref(), stored.regions(blocks, locals_),
                            (offsets, block_shape, shape, x.dtype, fill))
 
-    windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy == "owned_halos" else None
+    halo_plans = ("owned_halos", "chained_halos")
+    windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy in halo_plans else None
     # Small windows: the neighbour cuts its halo out of the owner's whole result itself, so
     # there is no edge task per halo; tiny blocks are bound by task counts.
     inline_halos = strategy == "owned_halos" and taken_whole(_window_bytes(x, block_shape, out_chunks))
@@ -261,7 +289,23 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
             spec.append((sources.setdefault(source, len(sources)), e if inline_halos else None, offsets))
         return _with_halos, (TaskRef(window_key), spec, block_shape, *map(TaskRef, sources))
 
-    return {"from_blocks": from_blocks, "region_reads": region_reads, "owned_halos": owned_halos}[strategy]
+    def chained_halos(layer, key, axis_reads, shape, fill):
+        n, rest = key[0], key[1 + m :]
+        own_chunks, pieces, exports, halos = windows[key]
+        regions = stored.regions([(n, *ks, *rest) for ks in own_chunks])
+        sources, spec = {}, []
+        for owner, e, offsets in halos:
+            spec.append((sources.setdefault((exports_name, *owner), len(sources)), e, offsets))
+        split = x.numblocks[0] > 1  # one task per batch chunk makes its P groups' blocks
+        if exports:  # what its neighbours take: the pick after its blocks
+            exports_key = (exports_name, *key)
+            layer[exports_key] = Task(exports_key, operator.getitem, TaskRef((all_name, *key)),
+                                      math.prod(block_shape) if split else 1)
+        return _space_to_batch_chained, (stored.ref(), regions, (pieces, exports, spec, block_shape, shape, x.dtype,
+                                                                 fill, split), *map(TaskRef, sources))
+
+    return {"from_blocks": from_blocks, "region_reads": region_reads, "owned_halos": owned_halos,
+            "chained_halos": chained_halos}[strategy]
 
 
 def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored, paddings, pad) -> dict:
@@ -316,6 +360,14 @@ def _windows_tasks(strategy: str, x: _Input, block_shape, out_chunks, reads, tok
                                             [(f, *at) for f in firsts])
                 shape = (rows * groups, *spatial_shape, *rest_shape)
                 function, args = window(layer, (n, *spatial, *rest), axis_reads, shape, fill)
+                if strategy == "chained_halos":
+                    # Its blocks, then the rows its neighbours take: picks of one task's result,
+                    # which in a store graph writes the blocks itself and keeps the rows alone.
+                    chain_key = (all_name, n, *spatial, *rest)
+                    layer[chain_key] = Task(chain_key, function, *args)
+                    for g, key in enumerate(out_keys):
+                        layer[key] = Task(key, operator.getitem, TaskRef(chain_key), g)
+                    continue
                 if single:
                     layer[out_keys[0]] = Task(out_keys[0], function, *args)
                     continue
@@ -340,6 +392,14 @@ def _piece(x: _Input, key, combo, layer, edge_key):
         layer[edge_key] = Task(edge_key, _edge, TaskRef(key), index)
         return edge_key, None
     return key, index
+
+
+@_fused_stores.streams(_chained_blocks_of, small_extras=True)
+def _space_to_batch_chained(source, regions, plan, *neighbours):
+    """A window's output blocks, then the rows it copied out for its neighbours, as a tuple
+    (``_chained_blocks_of``). In a store graph (``ops.fusing_stores``) the task writes the
+    blocks itself and keeps the rows alone."""
+    return tuple(_chained_blocks_of(source, regions, plan, *neighbours))
 
 
 @_fused_stores.streams(_group_blocks_of)

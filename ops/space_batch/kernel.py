@@ -223,6 +223,22 @@ def _with_halos(window, halos, block_shape, *sources):
     return y
 
 
+def _chained_blocks_of(source, regions, plan, *neighbours):
+    """The output blocks of a window that takes its halos from its neighbours' finished
+    tasks, one at a time, and then the rows it copied out for its own neighbours (a list).
+
+    ``regions`` are its chunks' regions of ``source`` (``_block_reads.Regions``, read whole);
+    ``plan`` is (its pieces and its exports, as ``_space_to_batch_window`` takes them; its
+    halos, as ``(n, e, offsets)``: the ``e``-th rows ``neighbours[n]`` copied out; block_shape,
+    shape, dtype, fill; ``split``: whether the block is cut into its P groups' blocks).
+    """
+    pieces, exports, halos, block_shape, shape, dtype, fill, split = plan
+    y, copied = _space_to_batch_window(regions.read_all(source), pieces, exports, block_shape, shape, dtype, fill)
+    _fill(y, [[neighbours[n][e], None, offsets] for n, e, offsets in halos], block_shape)
+    yield from (_groups(y, block_shape) if split else (y,))
+    yield copied
+
+
 def _copied_out(sources, n: int, e):
     """The rows a neighbour copied out for a task: the ``e``-th export of the window or reader
     ``sources[n]``, or with ``e`` None ``sources[n]`` itself (an export task's result)."""

@@ -13,7 +13,9 @@ tuples and read lists out.
   are not read. With a crop before the first row of a chunked axis the output blocks can be
   counted from the first kept row instead (``_shifted_rows``), so that they are regular.
 - Which input chunks each window reads, and which window reads a chunk that several take
-  (``_owners``, ``_owned_windows``): the halo plan both directions' region reads use.
+  (``_owners``, ``_owned_windows``): the halo plan both directions' region reads use; and
+  whether SpaceToBatchND's windows can take their halos from their finished neighbours
+  (``halos_chain``).
 """
 
 from __future__ import annotations
@@ -221,6 +223,43 @@ def _owned_windows(reads, batch_blocks: int, rest_blocks) -> dict:
                         exports.append([owner_chunks.index(ks), index])
                         halos.append((owner, len(exports) - 1, offsets))
     return windows
+
+
+#: How many times the windows of a halo plan must outnumber its longest chain of windows for
+#: each window to take its halos from its neighbours' finished tasks (``halos_chain``): about
+#: that many windows can then run at once, on average.
+CHAIN_PARALLELISM = 4
+
+
+def _halo_way(axis_reads) -> int | None:
+    """On one spatial axis, where the windows' halos come from: +1 from later windows (each
+    chunk's owner comes after every other window that reads it), -1 from earlier ones, 0 when
+    no window takes a halo; None when some come from each side."""
+    owners = _owners(axis_reads)
+    ways = {(owners[k] > w) - (owners[k] < w) for w, pieces in enumerate(axis_reads) for k, *_ in pieces} - {0}
+    if len(ways) > 1:
+        return None
+    return ways.pop() if ways else 0
+
+
+def halos_chain(reads, batch_blocks: int, rest_blocks) -> bool:
+    """Whether each window of a halo plan can take its halos from its neighbours' finished
+    tasks (a chain from window to window) and still leave enough windows free to run at once.
+
+    On every axis the halos must come from one side only, so that no two windows wait on each
+    other; a chain then runs at most once through the windows of each axis, and the windows
+    must outnumber that longest chain ``CHAIN_PARALLELISM`` times. O(chunks along the axes).
+    """
+    longest, windows = 1, batch_blocks * math.prod(rest_blocks)
+    for axis_reads in reads:
+        way = _halo_way(axis_reads)
+        if way is None:
+            return False
+        reading = sum(1 for pieces in axis_reads if pieces)
+        windows *= reading
+        if way:
+            longest += reading - 1
+    return longest > 1 and windows >= CHAIN_PARALLELISM * longest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import operator
 from unittest import mock
 
@@ -20,6 +21,7 @@ from ops import _chunks
 from ops.depth_space import depth_to_space_chunks, space_to_depth_chunks
 from ops.space_batch import batch_to_space_nd_chunks, space_to_batch_nd_chunks
 from ops.space_batch import graph as space_batch_graph
+from ops.space_batch import plan as space_batch_plan
 from tests.helpers import assert_same, compute
 from tests.ops import reference
 
@@ -608,16 +610,18 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     assert sorted(r[2][1].start for rs in reads.values() for r in rs) == sorted([0, 4, 8, 12] * 4)
     assert merged.chunks[1] == (4, 4) and merged.npartitions == y.npartitions // 2
     assert_same(compute(merged), compute(y))
-    # A halo (padding 1): each block is read once, whole, by the window that takes most of its
-    # rows, which copies out the rows its neighbours take (edge tasks on it, for windows above
-    # SMALL_RESULT_BYTES; a small window's neighbours cut them out of its result themselves); a
-    # window never waits for another window, and no block key of x is in the graph. With W in
-    # two chunks the halos are 2-D (a corner comes from a diagonal neighbour).
+    # A halo (padding 1) with too few windows to chain them (owned halos): each block is read
+    # once, whole, by the window that takes most of its rows, which copies out the rows its
+    # neighbours take (edge tasks on it, for windows above SMALL_RESULT_BYTES; a small window's
+    # neighbours cut them out of its result themselves); a window never waits for another
+    # window, and no block key of x is in the graph. With W in two chunks the halos are 2-D (a
+    # corner comes from a diagonal neighbour).
     # (32 rows: with 16, one window of 9 rows would take every chunk, and there is no halo.)
     tall = np.arange(4 * 32 * 8 * 2, dtype=np.float32).reshape(4, 32, 8, 2)
     for chunks, small in itertools.product([(1, 4, 8, 2), (1, 4, 4, 2)], [True, False]):
         x = da.from_zarr(_zarr_of(tall, chunks))
-        y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
+        with mock.patch.object(space_batch_plan, "CHAIN_PARALLELISM", 10**6):
+            y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
         with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 1 << 20 if small else 0):
             windows = _layer_reads(y, "-window-")
             graph = dict(y.__dask_graph__())
@@ -639,7 +643,7 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     z = zarr.create_array(zarr.storage.MemoryStore(), shape=values.shape, chunks=(1, 4, 8, 2), dtype=values.dtype)
     z[:] = values
     x = da.from_zarr(z)
-    with dask.config.set({"array.chunk-size": "2KiB"}):
+    with dask.config.set({"array.chunk-size": "2KiB"}), mock.patch.object(space_batch_plan, "CHAIN_PARALLELISM", 10**6):
         merged = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
     assert merged.chunks[1] == (4, 4, 1)  # 18 padded rows: two windows of 8 and the last one
     with mock.patch.object(space_batch_graph, "SMALL_RESULT_BYTES", 0):  # edge tasks
@@ -649,6 +653,73 @@ def test_space_to_batch_from_zarr_reads_each_block_once():
     assert sorted(len(r) for r in windows.values()) == [0] * 4 + [2] * 8  # the last windows own none
     assert len([k for k in graph if "edge" in str(k[0])]) == 4 * 2  # per image, into windows 2 and 3
     assert_same(result, expected)
+
+
+def test_padded_space_to_batch_from_zarr_chains_halos_from_finished_windows():
+    # Windows enough (here 4 images of 9 windows, or of 9 x 2): each window is one task that
+    # reads its chunk once, whole, makes its blocks with the rows its neighbours' tasks copied
+    # out and copies out the rows its own neighbours take, a pick of its result after its
+    # blocks. The halos come from one side on each axis, so no two windows wait on each other;
+    # no window's block is held for a second task, and there are no edge tasks.
+    tall = np.arange(4 * 32 * 8 * 2, dtype=np.float32).reshape(4, 32, 8, 2)
+    expected = ops.space_to_batch_nd(tall, [2, 2], [[1, 1], [1, 1]])
+    for chunks in [(1, 4, 8, 2), (1, 4, 4, 2)]:
+        x = da.from_zarr(_zarr_of(tall, chunks))
+        y = ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]])
+        graph = dict(y.__dask_graph__())
+        names = collections.Counter(k[0].split("-")[1] for k in graph if isinstance(k, tuple) and k[0] != x.name)
+        assert not names.get("window") and not names.get("edge")
+        chained = _layer_reads(y, "-all-")
+        regions = [tuple((s.start, s.stop) for s in r[2]) for rs in chained.values() for r in rs]
+        assert len(regions) == len(set(regions)) == x.npartitions  # every chunk once, whole, by its owner
+        exports = [k for k in graph if "-exports-" in str(k[0])]
+        assert exports and len(exports) < len(chained)  # the first windows copy out nothing
+        sides = collections.defaultdict(set)  # spatial axis -> which way its halos come from
+        for key in chained:
+            taken = [d for d in get_dependencies(graph, key) if isinstance(d, tuple)]
+            assert all("-exports-" in d[0] and d[1] == key[1] for d in taken), taken  # one image's
+            for d in taken:
+                for axis in (2, 3):
+                    sides[axis] |= {np.sign(d[axis] - key[axis])} - {0}
+        assert sides[2] and all(len(way) <= 1 for way in sides.values()), sides
+        assert_same(compute(y), expected)
+        stored = zarr.create_array(zarr.storage.MemoryStore(), shape=y.shape, chunks=[c[0] for c in y.chunks],
+                                   dtype=np.float32)
+        with ops.fusing_stores():
+            da.store(y, stored, lock=False)
+        assert_same(stored[:], expected)
+        # As the service and the command line submit it: each window one task that writes its
+        # blocks and keeps the rows it copied out, one pick of those, and the tree of done
+        # tasks waiting on the windows themselves (their kept rows are small).
+        done = ops._fused_stores.fusing(da.store(y, stored, lock=False, compute=False))
+        (optimized,) = dask.optimize(done)
+        tasks = dict(optimized.__dask_graph__())
+        picks = [k for k, v in tasks.items() if getattr(v, "func", None) is ops._fused_stores._stored]
+        assert not picks
+        # (and the source array: one key its readers share)
+        assert len(tasks) == len(chained) + len(exports) + math.ceil(y.npartitions / 32) + 1 + 1
+        assert [k for k in tasks if not isinstance(k, tuple) and k.startswith("original-from-zarr")]
+        dask.compute(done)
+        assert_same(stored[:], expected)
+
+
+def test_halos_chain_only_one_way_and_with_windows_to_spare():
+    from ops.space_batch.plan import halos_chain
+
+    # One axis, three windows: window 1 owns chunk 1 and takes a row of chunk 2 (owned by
+    # window 2): halos from later windows. Plus a row of chunk 0: from both sides, a cycle.
+    one_way = (((0, 0, 4, 0),), ((1, 0, 4, 0), (2, 0, 1, 8)), ((2, 1, 4, 0),))
+    both_ways = (((0, 0, 3, 0),), ((0, 3, 4, 0), (1, 0, 4, 1), (2, 0, 1, 5)), ((2, 1, 4, 0),))
+    assert halos_chain([one_way], 4, ()) is True  # 12 windows, chains of 3
+    assert halos_chain([one_way], 3, ()) is False  # 9 windows: under 4 times the chain
+    assert halos_chain([one_way], 3, (2,)) is True
+    assert halos_chain([both_ways], 100, ()) is False
+    no_halo = (((0, 0, 4, 0),), ((1, 0, 4, 0),))
+    assert halos_chain([no_halo], 100, ()) is False  # nothing to chain: owned windows read their own
+    # A single image with W in one chunk has no windows to spare: owned halos, no chain.
+    x = da.from_zarr(_zarr_of(np.zeros((1, 64, 8, 2), np.float32), (1, 4, 8, 2)))
+    graph = dict(ops.space_to_batch_nd(x, [2, 2], [[1, 1], [1, 1]]).__dask_graph__())
+    assert [k for k in graph if "-window-" in str(k[0])] and not [k for k in graph if "-exports-" in str(k[0])]
 
 
 def test_object_store_sources():

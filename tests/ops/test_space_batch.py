@@ -4,6 +4,7 @@ formulas, and as Dask graphs against the NumPy path."""
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import dask
 import dask.array as da
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ops
+from ops.space_batch import plan as space_batch_plan
 from tests.helpers import ALL_DTYPES, assert_same, chunkings, compute, dtype_strategy, random_array
 from tests.ops import reference
 
@@ -235,7 +237,8 @@ def test_batch_to_space_nd_zarr_input_equals_numpy(case):
 def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
     # Batch chunked: output blocks span 1..4 input chunks of the first spatial axis, as Dask's
     # chunk size allows; without a halo (paddings multiples of the block) read from the store
-    # by the windows, with one each chunk by the window owning it, halos through edge tasks.
+    # by the windows, with one each chunk by the window owning it, halos through edge tasks,
+    # or, with windows enough (or always, as drawn here), from the neighbours' finished tasks.
     block = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
     rows = [data.draw(st.integers(1, 3)) * b for b in block]  # rows per chunk
     spatial = [r * data.draw(st.integers(1, 5)) for r in rows]
@@ -246,7 +249,9 @@ def test_space_to_batch_nd_zarr_input_with_merged_windows_equals_numpy(data):
     x = random_array(rng, (data.draw(st.integers(2, 3)), *spatial, 2), np.float32)
     chunks = (1, *rows, 2)
     windows = data.draw(st.integers(1, 4))
-    with dask.config.set({"array.chunk-size": f"{4 * windows * math.prod(chunks) * 4}B"}):
+    chain = data.draw(st.sampled_from([1, space_batch_plan.CHAIN_PARALLELISM, 10**6]))
+    with dask.config.set({"array.chunk-size": f"{4 * windows * math.prod(chunks) * 4}B"}), \
+            mock.patch.object(space_batch_plan, "CHAIN_PARALLELISM", chain):
         lazy = ops.space_to_batch_nd(_zarr_input(x, chunks), block, pads)
     assert_same(compute(lazy), ops.space_to_batch_nd(x, block, pads))
 
