@@ -24,7 +24,10 @@ How the operators' Dask graphs grow with the number of input chunks, on inputs o
   chunks on the same cluster, as the ratio of input chunks per second (op / copy). Both are
   submitted as the service and the command line submit a job: one ``client.compute`` of the
   store graph, which the scheduler optimizes and materialises. On such small blocks the time
-  is the scheduler's and the workers' per-task overhead.
+  is the scheduler's and the workers' per-task overhead. With ``--store memory`` the input and
+  output arrays are Zarr arrays in memory instead (each worker reads its own copy of the
+  input, sent once with the graph, and writes into its own copy of the output): no file per
+  chunk, so the scheduler's cost per task is what bounds both the copy and the operator.
 
 Every operator and size runs in a child process with a time limit (``--time-limit``): past it
 the child is stopped and the table says "over N s" (a build that takes minutes is a finding,
@@ -256,15 +259,20 @@ def _random_block(kind: str, bounds, shape, dtype, block_id=None):
     return rng.standard_normal(shape).astype(dtype)
 
 
-def write_inputs(root: Path, chunks: int, names) -> dict[str, zarr.Array]:
-    """Each input as a Zarr array of random values under ``root``, written from this process
-    (at most tens of megabytes: zarr writes the chunk files concurrently, several times faster
-    than a graph of one task per tiny chunk on the cluster)."""
+def _store(root: Path, name: str, memory: bool):
+    """A Zarr store for the array ``name``: in memory, or a directory under ``root``."""
+    return zarr.storage.MemoryStore() if memory else zarr.storage.LocalStore(root / f"{name}.zarr")
+
+
+def write_inputs(root: Path, chunks: int, names, memory: bool = False) -> dict[str, zarr.Array]:
+    """Each input as a Zarr array of random values under ``root`` (or in memory), written from
+    this process (at most tens of megabytes: zarr writes the chunk files concurrently, several
+    times faster than a graph of one task per tiny chunk on the cluster)."""
     arrays = {}
     shapes = inputs_of(chunks)
     for name in names:
         shape, chunk, dtype = shapes[name]
-        z = metadata_array(zarr.storage.LocalStore(root / f"{name}.zarr"), shape, chunk, dtype)
+        z = metadata_array(_store(root, name, memory), shape, chunk, dtype)
         normalized = da.core.normalize_chunks(chunk, shape)
         blocks = da.map_blocks(_random_block, name, shapes["x"][0][:3], chunk, np.dtype(dtype),
                                chunks=normalized, dtype=dtype, meta=np.empty((0,) * len(shape), dtype))
@@ -273,9 +281,11 @@ def write_inputs(root: Path, chunks: int, names) -> dict[str, zarr.Array]:
     return arrays
 
 
-def end_to_end(case: Case, client, arrays, root: Path, limit: float, scratch: str) -> float | str:
+def end_to_end(case: Case, client, arrays, root: Path, limit: float, scratch: str,
+               memory: bool = False) -> float | str:
     """Seconds of build + run of ``from_zarr -> case -> store`` on the cluster, submitted as
-    the service submits it; "over N s" past the limit."""
+    the service submits it; "over N s" past the limit. ``memory``: into a Zarr array in memory
+    (each worker writes into its own copy), not under ``root``."""
     from bench.out_of_core import compute_store
 
     out = root / "out.zarr"
@@ -283,7 +293,7 @@ def end_to_end(case: Case, client, arrays, root: Path, limit: float, scratch: st
     try:
         with dask.config.set({"chunked-tensor-ops.scratch": scratch}):
             result = case.build({name: da.from_zarr(arrays[name]) for name in case.inputs})
-        compute_store(client, stored_graph(result, zarr.storage.LocalStore(out)),
+        compute_store(client, stored_graph(result, _store(root, "out", memory)),
                       timeout=max(limit - (time.perf_counter() - started), 1), as_the_service_does=True)
         return time.perf_counter() - started
     except TimeoutError:
@@ -318,12 +328,13 @@ def _add_scheduler_memory(times: dict, key: tuple, before: int, peak: int) -> No
     times[(*key, "scheduler")] = (first_before, max(highest, peak))
 
 
-def run_cluster(sizes, cases, limit: float, work: Path, repeat: int) -> dict:
+def run_cluster(sizes, cases, limit: float, work: Path, repeat: int, memory: bool = False) -> dict:
     """{(case name, chunks): best seconds or "over N s"}, copies included, on one cluster; each
     case runs ``repeat`` times in rounds (copies first in each), so a slow moment of the shared
     machine does not land on one case only. Also {(case name, chunks, "scheduler"): (RSS before,
     peak RSS)} of the scheduler process in bytes, over the case's runs: what a job's graph
-    costs the scheduler (its ordering, its task states) shows there, not in the workers."""
+    costs the scheduler (its ordering, its task states) shows there, not in the workers.
+    ``memory``: inputs and outputs in memory, not on local disk."""
     from bench.out_of_core import Cluster
 
     times = {}
@@ -332,14 +343,14 @@ def run_cluster(sizes, cases, limit: float, work: Path, repeat: int) -> dict:
         cluster = Cluster(procs, work, memory_limit=WORKER_MEMORY)
         for chunks in sizes:
             root = work / f"data-{chunks}"
-            arrays = write_inputs(root, chunks, sorted({n for case in cases for n in case.inputs}))
+            arrays = write_inputs(root, chunks, sorted({n for case in cases for n in case.inputs}), memory)
             needed = {case.inputs[0] for case in cases}
             for _ in range(repeat):
                 for case in [COPY[name] for name in COPY if name in needed] + cases:
                     if isinstance(times.get((case.name, chunks)), str):
                         continue  # over the limit in the first round: not again
                     before = cluster.client.run_on_scheduler(_reset_memory_peak)
-                    took = end_to_end(case, cluster.client, arrays, root, limit, str(work / "scratch"))
+                    took = end_to_end(case, cluster.client, arrays, root, limit, str(work / "scratch"), memory)
                     peak = cluster.client.run_on_scheduler(_memory_peak)
                     best = times.get((case.name, chunks))
                     if best is None or (not isinstance(took, str) and took < best):
@@ -477,6 +488,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="where tasks are counted, also trace the bytes the made graph holds (slower counts)")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per operator and size")
     parser.add_argument("--repeat", type=int, default=2, help="end-to-end runs of each case (the best counts)")
+    parser.add_argument("--store", choices=["local", "memory"], default="local",
+                        help="end to end: Zarr arrays on local disk (default) or in memory, one copy per worker")
     parser.add_argument("--no-record", action="store_true", help="print only")
     parser.add_argument("--from-log", type=Path, metavar="LOG",
                         help="make the tables, plot and record from the printed output of a run (same options)")
@@ -514,7 +527,8 @@ def measure_all(args, sizes, cases, needed_copies, cluster_sizes):
             # Only what built within the limit: the client builds the graph on the cluster too.
             runnable = [c for c in cases if c.cluster and all("build" in results[c.name, s] for s in cluster_sizes)]
             try:
-                times = run_cluster(cluster_sizes, runnable, args.time_limit, work, args.repeat)
+                times = run_cluster(cluster_sizes, runnable, args.time_limit, work, args.repeat,
+                                    args.store == "memory")
             except Exception as error:  # the build table is still worth recording
                 cluster_error = f"{type(error).__name__}: {error}"
                 print(f"end to end failed: {cluster_error}", flush=True)
@@ -547,6 +561,11 @@ def parse_log(text: str, sizes, cases) -> tuple[dict, dict]:
     return results, times
 
 
+#: How the end-to-end runs store their arrays, as the record says it (``--store``).
+STORES = {"local": "Zarr v3 on local disk to Zarr",
+          "memory": "Zarr v3 in memory to Zarr in memory (each worker its own copy of the stores)"}
+
+
 def report(args, sizes, cases, results, times, cluster_sizes, cluster_error) -> None:
     table = build_table(results, sizes, cases)
     print("\n" + table)
@@ -564,7 +583,7 @@ def report(args, sizes, cases, results, times, cluster_sizes, cluster_error) -> 
         ctable = cluster_table(times, cluster_sizes, cases)
         print("\n" + ctable)
         body += (f"\nEnd to end (build + run) on `dask scheduler` + 2 x `dask worker --nthreads 1` on 127.0.0.1, "
-                 f"Zarr v3 on local disk to Zarr, against a plain Zarr copy of the same input on the same "
+                 f"{STORES[args.store]}, against a plain Zarr copy of the same input on the same "
                  f"cluster, in input chunks per second (best of {args.repeat} rounds), and the scheduler process's "
                  f"memory (RSS before the first run -> peak over the runs; memory it freed is not always "
                  f"given back to the system, so a case can start where the one before ended):\n\n{ctable}\n")

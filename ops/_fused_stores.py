@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - depends on the installed Dask
 
 #: A multi-output task's function -> the function with the same arguments yielding its blocks.
 _BLOCKS_OF: dict = {}
-#: The block-by-block functions whose blocks after the stored ones are small (``streams``).
+#: The multi-output functions whose blocks after the stored ones are small (``streams``).
 _SMALL_EXTRAS: set = set()
 
 
@@ -57,24 +57,25 @@ def streams(blocks, small_extras: bool = False):
     multi-output function, whose result is ``tuple(blocks(*args))``.
 
     ``small_extras``: what ``blocks`` yields after the blocks that are stored is small (a few
-    rows that other tasks take): a task that only waits for the stores may then take the
-    task's result whole instead of a pick of each store's result.
+    rows of a small block that other tasks take): a task that only waits for the stores may
+    then take the task's result whole instead of a pick of one store's result.
     """
 
     def register(function):
         _BLOCKS_OF[function] = blocks
         if small_extras:
-            _SMALL_EXTRAS.add(blocks)
+            _SMALL_EXTRAS.add(function)
         return function
 
     return register
 
 
-def _store_as_made(blocks, stores, keep, *args):
+def _store_as_made(blocks, stores, keep, small_extras: bool, *args):
     """Make the blocks with ``blocks(*args)`` and store each with its store tasks (``stores``:
     block position -> [(key the store task reads the block under, store task)]) as soon as it
     is made. Returns (the blocks at the positions ``keep``, which other tasks take, in that
-    order; the store tasks' results, in the order of ``stores``)."""
+    order; the store tasks' results, in the order of ``stores``). ``small_extras``: as the
+    function was registered (``streams``), for ``_writer``."""
     results, kept = {}, {}
     for position, block in enumerate(blocks(*args)):
         for ref, store in stores.get(position, ()):
@@ -163,7 +164,7 @@ def _rewritten(graph, kept):
         # optimize two collections that share the task one by one and merge the graphs; the
         # old key would then name two different tasks.
         fused = _fused_key(multi, order)
-        run = functools.partial(_store_as_made, _BLOCKS_OF[node.func], stores, keep)
+        run = functools.partial(_store_as_made, _BLOCKS_OF[node.func], stores, keep, node.func in _SMALL_EXTRAS)
         new[fused] = Task(fused, run, *node.args, **node.kwargs)
         for number, key in enumerate(order):
             new[key] = Task(key, _stored, TaskRef(fused), number)
@@ -203,23 +204,30 @@ def _waiting_on_writers(tasks, keys):
     if Task is None or not isinstance(tasks, dict):  # not fused (Dask's optimization.fuse off)
         return tasks
     changed = False
+    first_picks = {}  # a rewritten task -> the first pick of its store results
+    for key, node in tasks.items():
+        if getattr(node, "func", None) is _stored:
+            first_picks.setdefault(next(iter(node.dependencies)), key)
     for key, node in list(tasks.items()):
         if getattr(node, "func", None) is not _done or not all(isinstance(a, TaskRef) for a in node.args):
             continue  # not a done task, or one Dask's fusion has changed
-        waits = list(dict.fromkeys(_writer(tasks, ref.key) for ref in node.args))
+        waits = list(dict.fromkeys(_writer(tasks, ref.key, first_picks) for ref in node.args))
         if waits != [ref.key for ref in node.args]:
             tasks[key] = _task(key, _done, waits)
             changed = True
     return cull(tasks, list(flatten(keys)))[0] if changed else tasks
 
 
-def _writer(tasks: dict, key):
+def _writer(tasks: dict, key, first_picks: dict):
     """The task that writes the block stored under ``key``: past an alias (Dask leaves one
     under the old name of each task it fuses, with the same result), and past a ``_stored``
-    pick of a rewritten task's store results when that task keeps no block; else ``key``."""
+    pick of a rewritten task's store results when that task keeps no block (or small extras
+    only); a task that keeps blocks, through the first pick of its store results
+    (``first_picks``), whichever block it is (it has run every store when that pick can
+    run); else ``key``."""
     node = tasks.get(key)
     if isinstance(node, Alias):
-        return _writer(tasks, node.target)
+        return _writer(tasks, node.target, first_picks)
     if not isinstance(node, Task) or node.func is not _stored:
         return key
     # Only a task that keeps no block for others, or keeps only small ones made after those it
@@ -229,9 +237,10 @@ def _writer(tasks: dict, key):
     run = getattr(tasks.get(fused), "func", None)
     if not isinstance(run, functools.partial) or run.func is not _store_as_made:
         return key
-    blocks, stores, keep = run.args  # as ``_rewritten`` binds them
-    small = blocks in _SMALL_EXTRAS and min(keep, default=0) > max(stores, default=-1)
-    return fused if not keep or small else key
+    _blocks, stores, keep, small_extras = run.args  # as ``_rewritten`` binds them
+    if not keep or (small_extras and min(keep) > max(stores, default=-1)):
+        return fused
+    return first_picks.get(fused, key)
 
 
 class _FusingArray(da.Array):

@@ -268,10 +268,12 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
                            (offsets, block_shape, shape, x.dtype, fill))
 
     halo_plans = ("owned_halos", "chained_halos")
+    small_windows = taken_whole(_window_bytes(x, block_shape, out_chunks))
+    chained = _space_to_batch_chained_small if small_windows else _space_to_batch_chained
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy in halo_plans else None
     # Small windows: the neighbour cuts its halo out of the owner's whole result itself, so
     # there is no edge task per halo; tiny blocks are bound by task counts.
-    inline_halos = strategy == "owned_halos" and taken_whole(_window_bytes(x, block_shape, out_chunks))
+    inline_halos = strategy == "owned_halos" and small_windows
 
     def owned_halos(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
@@ -301,7 +303,7 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
             exports_key = (exports_name, *key)
             layer[exports_key] = Task(exports_key, operator.getitem, TaskRef((all_name, *key)),
                                       math.prod(block_shape) if split else 1)
-        return _space_to_batch_chained, (stored.ref(), regions, (pieces, exports, spec, block_shape, shape, x.dtype,
+        return chained, (stored.ref(), regions, (pieces, exports, spec, block_shape, shape, x.dtype,
                                                                  fill, split), *map(TaskRef, sources))
 
     return {"from_blocks": from_blocks, "region_reads": region_reads, "owned_halos": owned_halos,
@@ -394,12 +396,21 @@ def _piece(x: _Input, key, combo, layer, edge_key):
     return key, index
 
 
-@_fused_stores.streams(_chained_blocks_of, small_extras=True)
+@_fused_stores.streams(_chained_blocks_of)
 def _space_to_batch_chained(source, regions, plan, *neighbours):
     """A window's output blocks, then the rows it copied out for its neighbours, as a tuple
     (``_chained_blocks_of``). In a store graph (``ops.fusing_stores``) the task writes the
     blocks itself and keeps the rows alone."""
     return tuple(_chained_blocks_of(source, regions, plan, *neighbours))
+
+
+@_fused_stores.streams(_chained_blocks_of, small_extras=True)
+def _space_to_batch_chained_small(source, regions, plan, *neighbours):
+    """``_space_to_batch_chained`` of a window of at most ``SMALL_RESULT_BYTES``. The rows it
+    keeps are few and small, so a task that waits for its stores takes its result whole (one
+    task fewer per window); a larger window's rows, a few per cent of it, would travel to that
+    task and stay held there until its other stores are done too."""
+    return _space_to_batch_chained(source, regions, plan, *neighbours)
 
 
 @_fused_stores.streams(_group_blocks_of)
