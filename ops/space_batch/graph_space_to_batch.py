@@ -17,8 +17,9 @@ written by the task that makes a block, into its padding cells alone. The strate
   source itself.
 - owned halos: the same source with halos: each chunk is read whole by the window that takes
   most of it, which copies out its neighbours' halo rows, so that no chunk is decoded twice.
-- chained halos: the same, where the halos on each axis come from one side and there are
-  windows enough: a window's one task reads its chunks, makes its blocks with the halos its
+- chained halos: the same for small windows (tiny blocks, where the scheduler's cost per task
+  bounds a run), where the halos on each axis come from one side and there are windows
+  enough: a window's one task reads its chunks, makes its blocks with the halos its
   neighbours' tasks copied out, and copies out the rows its own neighbours take. No window's
   block waits, held, for its halos, and there is no second task per window.
 
@@ -79,7 +80,8 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
 
     Blockwise when the batch axis is one chunk and every output block is one whole input
     block; from x's blocks when x is not read straight from an array; from that array,
-    region reads when each output window lies in one input block, else owned halos.
+    region reads when each output window lies in one input block, else chained halos (small
+    windows, ``plan.halos_chain``) or owned halos.
     """
     out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings)
     m = len(block_shape)
@@ -108,7 +110,8 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
     # over the others, which Zarr then does not store as a chunk of its own, almost empty.
     out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, absorb_tail=True)
     out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=False, absorb_tail=True)
-    if halos_chain(reads, x.numblocks[0], x.numblocks[1 + m :]):
+    small = taken_whole(_window_bytes(x, block_shape, out_chunks))
+    if small and halos_chain(reads, x.numblocks[0], x.numblocks[1 + m :]):
         return _build_space_to_batch_chained_halos, out_chunks, reads, stored
     return _build_space_to_batch_owned_halos, out_chunks, reads, stored
 
@@ -199,12 +202,17 @@ def _build_space_to_batch_owned_halos(x: da.Array, block_shape, paddings, out_ch
 def _build_space_to_batch_chained_halos(x: da.Array, block_shape, paddings, out_chunks, reads, stored, pad) -> da.Array:
     """As ``_build_space_to_batch_owned_halos``, with one task per window: it reads its chunks,
     makes its blocks with the halos its neighbours' tasks copied out, and copies out the rows
-    its own neighbours take (``plan.halos_chain``)."""
-    # Owned halos make each block in two tasks: the window's whole block is a result held, on
-    # a worker near its memory limit spilled, until the halos are ready, and read again on
-    # another worker when the second task runs there. Here the halos come first instead: a
-    # window waits for its neighbours on one side, which the chain allows when no two windows
-    # wait on each other and enough windows are free at any time.
+    its own neighbours take (``plan.halos_chain``). For small windows only."""
+    # Owned halos make each block in two tasks, the second after the halos are ready. Here
+    # the halos come first instead: a window waits for its neighbours on one side, which the
+    # chain allows when no two windows wait on each other and enough windows are free at any
+    # time. With tiny blocks that is one task per window fewer, where the scheduler's cost per
+    # task bounds the run (1.47x a plain copy's chunks per second at 1e4 chunks, against
+    # 0.9-1.1x). With large ones it did not pay: through the command line at 3 GiB (32 MiB
+    # chunks, 2 x 384 MiB workers) both took the same time, and the workers' peak rose by
+    # 20-30 MiB, at the nanny's limit: its tasks are placed by the scheduler as they become
+    # ready, not handed out as workers free up as a window's first tasks (Dask's root tasks)
+    # are, and a worker can run ahead of the other and wait at the end.
     return _space_to_batch_windows("chained_halos", x, block_shape, paddings, out_chunks, reads, stored, pad)
 
 
@@ -268,12 +276,10 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
                            (offsets, block_shape, shape, x.dtype, fill))
 
     halo_plans = ("owned_halos", "chained_halos")
-    small_windows = taken_whole(_window_bytes(x, block_shape, out_chunks))
-    chained = _space_to_batch_chained_small if small_windows else _space_to_batch_chained
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy in halo_plans else None
     # Small windows: the neighbour cuts its halo out of the owner's whole result itself, so
     # there is no edge task per halo; tiny blocks are bound by task counts.
-    inline_halos = strategy == "owned_halos" and small_windows
+    inline_halos = strategy == "owned_halos" and taken_whole(_window_bytes(x, block_shape, out_chunks))
 
     def owned_halos(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]
@@ -303,7 +309,7 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
             exports_key = (exports_name, *key)
             layer[exports_key] = Task(exports_key, operator.getitem, TaskRef((all_name, *key)),
                                       math.prod(block_shape) if split else 1)
-        return chained, (stored.ref(), regions, (pieces, exports, spec, block_shape, shape, x.dtype,
+        return _space_to_batch_chained, (stored.ref(), regions, (pieces, exports, spec, block_shape, shape, x.dtype,
                                                                  fill, split), *map(TaskRef, sources))
 
     return {"from_blocks": from_blocks, "region_reads": region_reads, "owned_halos": owned_halos,
@@ -396,21 +402,13 @@ def _piece(x: _Input, key, combo, layer, edge_key):
     return key, index
 
 
-@_fused_stores.streams(_chained_blocks_of)
+@_fused_stores.streams(_chained_blocks_of, small_extras=True)
 def _space_to_batch_chained(source, regions, plan, *neighbours):
     """A window's output blocks, then the rows it copied out for its neighbours, as a tuple
     (``_chained_blocks_of``). In a store graph (``ops.fusing_stores``) the task writes the
-    blocks itself and keeps the rows alone."""
+    blocks itself and keeps the rows alone; the window is small, so those rows are small
+    enough for the task that waits on its stores to take its result whole."""
     return tuple(_chained_blocks_of(source, regions, plan, *neighbours))
-
-
-@_fused_stores.streams(_chained_blocks_of, small_extras=True)
-def _space_to_batch_chained_small(source, regions, plan, *neighbours):
-    """``_space_to_batch_chained`` of a window of at most ``SMALL_RESULT_BYTES``. The rows it
-    keeps are few and small, so a task that waits for its stores takes its result whole (one
-    task fewer per window); a larger window's rows, a few per cent of it, would travel to that
-    task and stay held there until its other stores are done too."""
-    return _space_to_batch_chained(source, regions, plan, *neighbours)
 
 
 @_fused_stores.streams(_group_blocks_of)
