@@ -207,8 +207,8 @@ def _build_space_to_batch_chained_halos(x: da.Array, block_shape, paddings, out_
     # the halos come first instead: a window waits for its neighbours on one side, which the
     # chain allows when no two windows wait on each other and enough windows are free at any
     # time. With tiny blocks that is one task per window fewer, where the scheduler's cost per
-    # task bounds the run (1.47x a plain copy's chunks per second at 1e4 chunks, against
-    # 0.9-1.1x). With large ones it did not pay: through the command line at 3 GiB (32 MiB
+    # task bounds the run (1.5-1.6x a plain copy's chunks per second at 1e4 chunks, against
+    # 0.95x with two tasks). With large ones it did not pay: through the command line at 3 GiB (32 MiB
     # chunks, 2 x 384 MiB workers) both took the same time, and the workers' peak rose by
     # 20-30 MiB, at the nanny's limit: its tasks are placed by the scheduler as they become
     # ready, not handed out as workers free up as a window's first tasks (Dask's root tasks)
