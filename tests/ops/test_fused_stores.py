@@ -379,6 +379,37 @@ def test_a_writer_that_keeps_a_block_is_waited_on_through_its_picks():
     tasks = _fused_stores._fusing_optimize(graph, [root, summed])
     (writer,) = stores_as_made(tasks)
     assert writer not in _waited_on(tasks, root)
+    # One pick, whichever block's: when it can run, the writer has run every store.
+    picks = [k for k in _waited_on(tasks, root) if getattr(tasks[k], "func", None) is _fused_stores._stored]
+    assert len(picks) == 1 and tasks[picks[0]].dependencies == {writer}
     results = dask.get(tasks, [root, summed])
     assert results[1] == 2
     assert_same(target.data, np.repeat(np.arange(3, dtype=np.int16), 2).reshape(3, 2))
+
+
+@_fused_stores.streams(_made_and_stored, small_extras=True)
+def _all_made_with_a_small_extra(log, count):
+    return tuple(_made_and_stored(log, count))
+
+
+def test_a_writer_that_keeps_only_small_extras_is_waited_on_itself():
+    # Registered with small extras: the blocks it makes after those it stores are small, so
+    # the tree takes its result whole (no pick task); here the third block, which another
+    # task sums and nothing stores.
+    log = _Log()
+    layer = {("multi", 0): (_all_made_with_a_small_extra, log, 3)}
+    layer.update({("y", i, 0): (operator.getitem, ("multi", 0), i) for i in range(2)})
+    layer[("extra", 0)] = (operator.getitem, ("multi", 0), 2)
+    y = da.Array(HighLevelGraph.from_collections("y", layer, dependencies=()), "y", chunks=((1, 1), (2,)),
+                 dtype=np.int16)
+    target = _LoggedTarget(log, (2, 2))
+    collection = _fused_stores.fusing(da.store(y, target, lock=False, compute=False))
+    summed = ("sum", 0)
+    graph = HighLevelGraph.merge(collection.__dask_graph__(), {summed: (np.sum, ("extra", 0))})
+    tasks = _fused_stores._fusing_optimize(graph, [(collection.name,), summed])
+    (writer,) = stores_as_made(tasks)
+    assert writer in _waited_on(tasks, (collection.name,))
+    assert not [k for k, v in tasks.items() if getattr(v, "func", None) is _fused_stores._stored]
+    results = dask.get(tasks, [(collection.name,), summed])
+    assert results[1] == 4  # block 2: [[2, 2]]
+    assert_same(target.data, np.repeat(np.arange(2, dtype=np.int16), 2).reshape(2, 2))
