@@ -21,7 +21,7 @@ written by the task that makes a block, into its padding cells alone. The strate
   bounds a run), where the halos on each axis come from one side and there are windows
   enough: a window's one task reads its chunks, makes its blocks with the halos its
   neighbours' tasks copied out, and copies out the rows its own neighbours take. No window's
-  block waits, held, for its halos, and there is no second task per window.
+  block waits, held, for its halos; a window's second task is a pick of the rows it keeps.
 
 With the batch axis chunked, a window spans as many blocks of the first spatial axis as fit
 in a quarter of ``array.chunk-size``, so output blocks are not 1/P of an input block (with
@@ -206,13 +206,14 @@ def _build_space_to_batch_chained_halos(x: da.Array, block_shape, paddings, out_
     # Owned halos make each block in two tasks, the second after the halos are ready. Here
     # the halos come first instead: a window waits for its neighbours on one side, which the
     # chain allows when no two windows wait on each other and enough windows are free at any
-    # time. With tiny blocks that is one task per window fewer, where the scheduler's cost per
-    # task bounds the run (1.5-1.6x a plain copy's chunks per second at 1e4 chunks, against
-    # 0.95x with two tasks). With large ones it did not pay: through the command line at 3 GiB (32 MiB
-    # chunks, 2 x 384 MiB workers) both took the same time, and the workers' peak rose by
-    # 20-30 MiB, at the nanny's limit: its tasks are placed by the scheduler as they become
-    # ready, not handed out as workers free up as a window's first tasks (Dask's root tasks)
-    # are, and a worker can run ahead of the other and wait at the end.
+    # time. With tiny blocks, where the scheduler's cost per task bounds the run, no task then
+    # waits holding a block, and the second task is a pick of the rows it keeps: 1.5-1.6x a
+    # plain copy's chunks per second at 1e4 chunks, against 0.95x with two tasks. With large
+    # ones it did not pay: through the command line at 3 GiB (32 MiB chunks, 2 x 384 MiB
+    # workers) both took the same time, and the workers' peak rose by 20-30 MiB, at the
+    # nanny's limit: its tasks are placed by the scheduler as they become ready, not handed
+    # out as workers free up as a window's first tasks (Dask's root tasks) are, and a worker
+    # can run ahead of the other and wait at the end.
     return _space_to_batch_windows("chained_halos", x, block_shape, paddings, out_chunks, reads, stored, pad)
 
 
