@@ -480,7 +480,8 @@ def previous_section(results: Path) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1e3,1e4,1e5,1e6", help="input chunk counts, comma-separated")
-    parser.add_argument("--ops", help="only the operators whose name contains one of these (comma-separated)")
+    parser.add_argument("--ops", help="only the operators whose name contains one of these (comma-separated; "
+                                      "'=name': that name exactly, e.g. '=space_to_batch_nd' without 'pad 1')")
     parser.add_argument("--no-cluster", action="store_true", help="build and task counts only")
     parser.add_argument("--max-cluster-chunks", type=float, default=2e5)
     parser.add_argument("--max-count-chunks", type=float, default=2e5,
@@ -500,7 +501,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
     wanted = [w.strip() for w in args.ops.split(",")] if args.ops else None
-    cases = [c for c in CASES if wanted is None or any(w in c.name for w in wanted)]
+    cases = [c for c in CASES if wanted is None or any(chosen(c.name, w) for w in wanted)]
     needed_copies = [COPY[name] for name in COPY if any(c.inputs[0] == name for c in cases)]
     print(machine())
 
@@ -511,6 +512,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         results, times, cluster_error = measure_all(args, sizes, cases, needed_copies, cluster_sizes)
     report(args, sizes, cases, results, times, cluster_sizes, cluster_error)
+
+
+def chosen(name: str, wanted: str) -> bool:
+    """Whether ``--ops``'s entry ``wanted`` picks the case ``name``: '=name' that name exactly,
+    else any name that contains it."""
+    return name == wanted[1:] if wanted.startswith("=") else wanted in name
 
 
 def measure_all(args, sizes, cases, needed_copies, cluster_sizes):

@@ -31,3 +31,13 @@ def test_a_new_run_replaces_its_section_and_the_old_one_moves_to_the_history(tmp
 
     record_section("bench.load", "third", results, history)
     assert archive.read_text().count("(replaced on") == 2 and "| new load table |" in archive.read_text()
+
+
+def test_graph_scale_picks_cases_by_part_of_their_name_or_exactly():
+    from bench.graph_scale import CASES, chosen
+
+    names = [c.name for c in CASES]
+    assert [n for n in names if chosen(n, "space_to_batch_nd")] == ["space_to_batch_nd", "space_to_batch_nd pad 1"]
+    assert [n for n in names if chosen(n, "=space_to_batch_nd")] == ["space_to_batch_nd"]
+    assert [n for n in names if chosen(n, "=depth_to_space")] == ["depth_to_space"]
+    assert not any(chosen(n, "=pad 1") for n in names)  # exactly: no part of a name
