@@ -1,5 +1,5 @@
 """The benchmarks' record of their runs: bench/RESULTS.md holds each benchmark's latest run,
-and the run it replaces moves to bench/history/ unchanged."""
+and the run it replaces moves to bench/history/ unchanged. And which cases a run takes."""
 
 from __future__ import annotations
 
