@@ -207,7 +207,7 @@ def _build_space_to_batch_chained_halos(x: da.Array, block_shape, paddings, out_
     # the halos come first instead: a window waits for its neighbours on one side, which the
     # chain allows when no two windows wait on each other and enough windows are free at any
     # time. With tiny blocks, where the scheduler's cost per task bounds the run, no task then
-    # waits holding a block, and the second task is a pick of the rows it keeps: 1.5-1.6x a
+    # waits holding a block, and the second task is a pick of the rows it keeps: 1.47-1.64x a
     # plain copy's chunks per second at 1e4 chunks, against 0.95x with two tasks. With large
     # ones it did not pay: through the command line at 3 GiB (32 MiB chunks, 2 x 384 MiB
     # workers) both took the same time, and the workers' peak rose by 20-30 MiB, at the
