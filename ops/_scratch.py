@@ -211,8 +211,9 @@ class Scratch:
         try:
             yield
         except FileNotFoundError as error:
-            # The run's files are removed by its last output block: a block recomputed after
-            # that (its worker died before the result was stored) finds them gone.
+            # A run's files are removed once taken (GatherNd's by its last output batch): a
+            # task computed again after that (its worker died before the result was stored)
+            # finds them gone. BatchToSpaceND's blocks read their parts from the source then.
             raise FileNotFoundError(
                 f"a scratch file under {self.url} is missing ({error}): the scratch store was removed "
                 "while the graph ran, or a block was recomputed after the run finished; compute it again"

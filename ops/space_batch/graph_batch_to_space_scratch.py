@@ -71,9 +71,10 @@ def scratch_tasks(plan, out_chunks, crops) -> dict:
             for p, pieces in enumerate(itertools.product(_intersections(in_bounds[0], start, stop), *axes)):
                 chunk = tuple(c for c, _, _ in pieces)
                 file = f"{plan.scratch_prefix}-{number}-{g}-{p}"
-                splits.setdefault(chunk, []).append((file, tuple(s for _, s, _ in pieces)))
-                shape = tuple(s.stop - s.start for _, s, _ in pieces)
-                parts.append((file, shape, tuple(o for _, _, o in pieces), chunk))
+                slices = tuple(s for _, s, _ in pieces)
+                splits.setdefault(chunk, []).append((file, slices))
+                shape = tuple(s.stop - s.start for s in slices)
+                parts.append((file, shape, tuple(o for _, _, o in pieces), slices, chunk))
             boxes.append(((stop - start, *shape_rest), parts))
         outputs.append((index, [crop for _, _, crop in spatial], boxes))
     split_keys = {chunk: (split_name, n) for n, chunk in enumerate(splits)}
@@ -82,6 +83,11 @@ def scratch_tasks(plan, out_chunks, crops) -> dict:
     for index, block_crops, boxes in outputs:
         written = list(dict.fromkeys(split_keys[part[-1]] for _, parts in boxes for part in parts))
         recipe = [(shape, [part[:3] for part in parts]) for shape, parts in boxes]
+        # Where each part lies in the source, in recipe order: a block computed again after it
+        # took (and removed) its parts, as when its worker died before the result was stored,
+        # reads them from there instead.
+        every_part = [part for _, parts in boxes for part in parts]
+        sources = plan.source.regions([part[-1] for part in every_part], [part[-2] for part in every_part])
         layer[(plan.name, *index)] = (batch_to_space_from_scratch, written, run, static(recipe), x.dtype,
-                                      static(block_shape), static(block_crops))
+                                      static(block_shape), static(block_crops), plan.source.source, sources)
     return layer

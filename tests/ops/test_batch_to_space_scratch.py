@@ -158,19 +158,28 @@ def _boxes(task) -> list:
     return getattr(boxes, "value", boxes)
 
 
-def test_a_block_whose_parts_were_taken_names_the_store(tmp_path):
-    values = np.arange(4 * 8 * 8 * 2, dtype=np.float32).reshape(4, 8, 8, 2)
-    x, _ = _counted_zarr_of(values, (1, 4, 8, 2))
-    with dask.config.set({"array.chunk-size": "1KiB"}), ops.scratch(tmp_path):
-        y = ops.batch_to_space_nd(x, [2, 2], [[0, 0], [0, 0]])
-    graph = dict(y.__dask_graph__())
-    y.compute(scheduler="sync")
+@pytest.mark.parametrize("crop", [0, 1])
+def test_a_block_computed_again_after_its_parts_were_taken_reads_them_from_the_source(tmp_path, crop):
     # A block computed again after it took its parts (its worker died before the result was
-    # stored), its splits' results still held: the files are gone, and the error says so.
+    # stored), its splits' results still held: the files are gone, and the block reads the
+    # parts from the input's source instead (cropped too: parts then lie across chunks).
+    values = np.arange(4 * 8 * 8 * 2, dtype=np.float32).reshape(4, 8, 8, 2)
+    crops = [[crop, crop], [0, 0]]
+    expected = ops.batch_to_space_nd(values, [2, 2], crops)
+    x, store = _counted_zarr_of(values, (1, 4, 8, 2))
+    with dask.config.set({"array.chunk-size": "1KiB"}), ops.scratch(tmp_path):
+        y = ops.batch_to_space_nd(x, [2, 2], crops)
+    graph = dict(y.__dask_graph__())
+    assert [k for k in graph if "-split-" in str(k[0])]
+    assert_same(y.compute(scheduler="sync"), expected)
+    assert not _files(tmp_path)
     for key in [k for k in graph if "-split-" in str(k[0])]:
         graph[key] = 4
-    with pytest.raises(FileNotFoundError, match="a scratch file under .* is missing"):
-        dask.get(graph, (y.name, 0, 0, 0, 0))
+    store.reads.clear()
+    blocks = [[dask.get(graph, (y.name, 0, i, j, 0)) for j in range(y.numblocks[2])] for i in range(y.numblocks[1])]
+    assert_same(np.concatenate([np.concatenate(row, axis=2) for row in blocks], axis=1), expected)
+    assert store.reads  # from the source, as the split tasks read them
+    assert not _files(tmp_path)
 
 
 def test_a_local_part_is_mapped_not_copied_and_outlives_its_file(tmp_path):
