@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
+from ops import dtypes
 from ops.accessor.coord_values import (
     at_positions,
     centre_maps_depth,
@@ -276,7 +277,7 @@ def _encode(values: np.ndarray):
 
 
 def _decode(item: dict) -> np.ndarray:
-    return np.array(item["values"], dtype=np.dtype(item["dtype"]))
+    return np.array(item["values"], dtype=dtypes.named(item["dtype"]))
 
 
 def _jsonable(attrs: Mapping):

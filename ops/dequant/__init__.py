@@ -27,7 +27,6 @@ from ops.dequant.kernel import (
 )
 from ops.dequant.plan import dequant_chunks
 from ops.dequant.validate import (
-    _DST,
     CLASSIC_SCALAR,
     CLASSIC_VECTOR,
     POLICY_PAIRS,
@@ -127,7 +126,7 @@ def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_r
     src, scale, p, cc = _validate_dequant(
         src, deq_scale, dst_dtype, calc_count, mode, policy, group_size, k_dim, align_output
     )
-    dst = _DST[p.dst_dtype]
+    dst = dtypes.named(p.dst_dtype)
     n_out = _output_columns(src.shape[1], dst, p.align_output)
     scale, plan = _plan(src.shape, scale, p, cc)
     if isinstance(src, da.Array):
@@ -146,7 +145,7 @@ def ascend_dequant(src, deq_scale, *, dst_dtype, calc_count=None, mode="single_r
 def _float_scale(scale):
     """``scale`` as float32 (NumPy or Dask), refusing what is not a real number."""
     array = scale if isinstance(scale, (np.ndarray, da.Array)) else np.asarray(scale)
-    if array.dtype.kind not in "fiu" and array.dtype != dtypes.bfloat16:
+    if array.dtype.kind not in "fiu" and not dtypes.is_bfloat16(array.dtype):
         raise InvalidArgument(f"scale must hold real numbers (a float or integer dtype), got dtype {array.dtype}")
     return array.astype(F32)
 

@@ -14,7 +14,7 @@ from ops.dequant.kernel import F32, NO_LIMIT
 from ops.errors import InvalidArgument
 from schemas import AscendDequantParams
 
-_DST = {"float16": np.dtype(np.float16), "bfloat16": dtypes.bfloat16, "float32": F32}
+_DST_NAMES = ("float16", "bfloat16", "float32")
 
 # Supported combinations (docs/operators.md lists them). Classic: (dst, scale) for vector and scalar scales.
 CLASSIC_VECTOR = [("float16", "uint64"), ("float32", "float32"), ("float32", "bfloat16"),
@@ -28,11 +28,13 @@ POLICY_PAIRS = [("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "f
 
 def _dst_name(dst_dtype) -> str:
     try:
-        dtype = np.dtype(dst_dtype)
+        dtype = dtypes.named(dst_dtype) if isinstance(dst_dtype, str) else np.dtype(dst_dtype)
     except TypeError:
         dtype = None
-    for name, candidate in _DST.items():
-        if dtype == candidate:
+    for name in _DST_NAMES if dtype is not None else ():
+        if name == "bfloat16" and not dtypes.is_bfloat16(dtype):
+            continue  # not bfloat16, and ml_dtypes need not be imported to say so
+        if dtype == dtypes.named(name):
             return name
     raise InvalidArgument(f"dst_dtype must be one of float16, bfloat16 or float32, got {dst_dtype!r}")
 
@@ -127,7 +129,7 @@ def _validate_dequant(src, deq_scale, dst_dtype, calc_count, mode, policy, group
 
 def _scale_fix(dst_name: str, scale, n: int) -> str:
     """The one-line fix for a float scale the classic form does not take, or ''."""
-    if scale.dtype.kind != "f" and scale.dtype != dtypes.bfloat16:
+    if scale.dtype.kind != "f" and not dtypes.is_bfloat16(scale.dtype):
         return ""
     if dst_name == "float16":  # the device takes float16 output only from packed uint64 scales
         packed = "ops.pack_deq_scale(scale)" if scale.ndim == 1 else f"ops.pack_deq_scale(np.full({n}, scale))"
@@ -165,7 +167,7 @@ def _plan(src_shape, scale, p, cc):
     m, n = src_shape
     if p.policy is None:
         limit = cc
-        per_row = 32 // np.dtype(_DST[p.dst_dtype]).itemsize
+        per_row = 32 // dtypes.named(p.dst_dtype).itemsize
         if p.mode == "single_row" and m == 1 and cc % per_row == 0 and n % cc == 0:
             # The device reads the row as [n / calc_count, calc_count]: every element is
             # scaled, by scale[j % calc_count].

@@ -57,7 +57,7 @@ def wire_dtype(dtype: np.dtype) -> tuple[np.dtype, str | None]:
         bits little-endian), and ``(dtype, None)`` for every other type.
     """
     dtype = np.dtype(dtype)
-    if dtype.names is None and dtype.newbyteorder("<") == ops_dtypes.bfloat16:
+    if ops_dtypes.is_bfloat16(dtype):
         return np.dtype(np.uint16).newbyteorder(dtype.byteorder), BFLOAT16
     if dtype.names is not None and dtype.newbyteorder("<") == ops_dtypes.complex32:
         return np.dtype("<u4"), COMPLEX32

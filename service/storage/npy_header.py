@@ -101,7 +101,7 @@ class NpyHeader:
 
 
 def _supported_names() -> str:
-    return ", ".join(ops_dtypes.name(t) for t in ops_dtypes.SUPPORTED)
+    return ", ".join(ops_dtypes.SUPPORTED_NAMES)
 
 
 def _dtype_name(dtype: np.dtype) -> str:
@@ -203,7 +203,7 @@ def _descr_dtype(descr: object) -> np.dtype:
     if not _DESCR_STRING.fullmatch(descr):
         raise refused
     try:
-        dtype = np.dtype(descr)
+        dtype = ops_dtypes.named(descr)
     except Exception:  # np.dtype raises TypeError, ValueError, or a DeprecationWarning
         raise refused from None
     if dtype.names is not None or dtype.subdtype is not None or dtype.hasobject:

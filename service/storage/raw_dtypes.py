@@ -15,7 +15,6 @@ from ops import dtypes
 DTYPE_ATTR = "ops_dtype"
 # Stored in place of the dtypes Zarr v3 has no name for.
 _RAW_BITS = {"bfloat16": np.dtype("<u2"), "complex32": np.dtype("<u4")}
-_REAL = {"bfloat16": dtypes.bfloat16, "complex32": dtypes.complex32}
 
 
 def stored_dtype(dtype: np.dtype) -> np.dtype:
@@ -40,9 +39,9 @@ def _view(data, dtype: np.dtype):
 def from_stored(arr: xr.DataArray) -> xr.DataArray:
     """The inverse of ``to_stored``: raw bits viewed as the dtype ``ops_dtype`` names."""
     name = arr.attrs.get(DTYPE_ATTR)
-    if name in _REAL:
+    if name in _RAW_BITS:
         attrs = {k: v for k, v in arr.attrs.items() if k != DTYPE_ATTR}
-        return xr.DataArray(_view(arr.data, _REAL[name]), dims=arr.dims, coords=arr.coords, attrs=attrs,
+        return xr.DataArray(_view(arr.data, dtypes.named(name)), dims=arr.dims, coords=arr.coords, attrs=attrs,
                             name=arr.name)
     return arr
 
