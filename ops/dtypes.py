@@ -43,7 +43,7 @@ def __getattr__(attribute: str):
     if attribute == "bfloat16":
         value = _bfloat16()
     elif attribute == "SUPPORTED":
-        value = tuple(_WITHOUT_BFLOAT16.get(n) or _bfloat16() for n in SUPPORTED_NAMES)
+        value = tuple(_bfloat16() if n == "bfloat16" else _WITHOUT_BFLOAT16[n] for n in SUPPORTED_NAMES)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
     globals()[attribute] = value
