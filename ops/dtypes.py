@@ -59,13 +59,13 @@ def is_bfloat16(dtype) -> bool:
 
 
 def named(text: str) -> np.dtype:
-    """``np.dtype(text)``, where ``bfloat16`` (with or without a byte order) is ml_dtypes' type
-    and ``complex32`` this module's."""
+    """``np.dtype(text)``, where ``bfloat16`` is ml_dtypes' type and ``complex32`` this
+    module's (as NumPy itself reads ``bfloat16`` once ml_dtypes is imported, and no other
+    spelling of it)."""
     if text == "complex32":
         return complex32
-    if text.lstrip("<>|=") == "bfloat16":
-        bfloat16 = _bfloat16()
-        return bfloat16.newbyteorder(">") if text.startswith(">") else bfloat16
+    if text == "bfloat16":
+        return _bfloat16()
     return np.dtype(text)
 
 
