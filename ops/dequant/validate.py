@@ -31,11 +31,9 @@ def _dst_name(dst_dtype) -> str:
         dtype = dtypes.named(dst_dtype) if isinstance(dst_dtype, str) else np.dtype(dst_dtype)
     except TypeError:
         dtype = None
-    for name in _DST_NAMES if dtype is not None else ():
-        if name == "bfloat16" and not dtypes.is_bfloat16(dtype):
-            continue  # not bfloat16, and ml_dtypes need not be imported to say so
-        if dtype == dtypes.named(name):
-            return name
+    # A dtype's name is one of these only in native byte order (a big-endian one reads ">f2").
+    if dtype is not None and dtypes.name(dtype) in _DST_NAMES:
+        return dtypes.name(dtype)
     raise InvalidArgument(f"dst_dtype must be one of float16, bfloat16 or float32, got {dst_dtype!r}")
 
 
