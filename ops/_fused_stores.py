@@ -39,6 +39,7 @@ from dask.core import flatten
 from dask.highlevelgraph import HighLevelGraph
 from dask.optimization import cull
 
+from ops import _annotations
 from ops._lazy_layer import LazyLayer
 
 try:  # Dask's task objects (2024.12+); private, so a Dask without them means "no rewrite"
@@ -177,19 +178,23 @@ def _rewritten(graph, kept):
 
 
 def _optimize(dsk, keys, **kwargs):
-    """Dask's array optimization, after the rewrite (in a thread inside ``fusing_stores``)."""
+    """Dask's array optimization, after the rewrite (in a thread inside ``fusing_stores``),
+    keeping the layers' annotations (``ops._annotations``)."""
+    annotations = _annotations.given(dsk)
     if not _FUSING.get():
-        return (_replaced or _array_optimize)(dsk, keys, **kwargs)
+        return _annotations.carried(annotations, (_replaced or _array_optimize)(dsk, keys, **kwargs))
     new = _rewritten(dsk, set(flatten(keys)))
-    return _array_optimize(dsk if new is None else new, keys, **kwargs)
+    return _annotations.carried(annotations, _array_optimize(dsk if new is None else new, keys, **kwargs))
 
 
 def _fusing_optimize(dsk, keys, **kwargs):
     """Dask's array optimization after the rewrite, always: the optimizer of ``fusing``'s
-    collections, which travels with their graph (to the scheduler, under distributed)."""
+    collections, which travels with their graph (to the scheduler, under distributed). The
+    layers' annotations are kept (``ops._annotations``)."""
+    annotations = _annotations.given(dsk)
     new = _rewritten(dsk, set(flatten(keys)))
     optimized = _array_optimize(dsk if new is None else new, keys, **kwargs)
-    return _waiting_on_writers(optimized, keys)
+    return _annotations.carried(annotations, _waiting_on_writers(optimized, keys))
 
 
 def _waiting_on_writers(tasks, keys):

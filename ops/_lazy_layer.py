@@ -53,10 +53,13 @@ class LazyLayer(Layer):
         what other layers depend on.
     *args
         Its arguments: small, picklable values (chunks, per-axis plans), never an array.
+    annotations : dict, optional
+        Dask annotations of its tasks (``dask.annotate``'s), a value or a callable of the key
+        each; with none given, those of the ``dask.annotate`` context it is made in.
     """
 
-    def __init__(self, name: str, numblocks, make, *args):
-        super().__init__()
+    def __init__(self, name: str, numblocks, make, *args, annotations=None):
+        super().__init__(annotations=annotations)
         self.name, self.numblocks = name, tuple(numblocks)
         self.make, self.args = make, args
         self._tasks = None

@@ -36,11 +36,12 @@ class _Input:
         return len(self.chunks)
 
 
-def _lazy_array(name: str, chunks, x: da.Array, reads, make, *args) -> da.Array:
+def _lazy_array(name: str, chunks, x: da.Array, reads, make, *args, annotations=None) -> da.Array:
     """The array ``name`` with ``chunks`` whose tasks ``make(*args)`` makes when the graph is
-    materialised (``LazyLayer``): on top of x's graph, or with region reads on top of x's
-    sources only (x's own block tasks are not used, and would only be culled)."""
-    layer = LazyLayer(name, tuple(map(len, chunks)), make, *args)
+    materialised (``LazyLayer``, with ``annotations``): on top of x's graph, or with region
+    reads on top of x's sources only (x's own block tasks are not used, and would only be
+    culled)."""
+    layer = LazyLayer(name, tuple(map(len, chunks)), make, *args, annotations=annotations)
     if reads is None:
         graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
     else:

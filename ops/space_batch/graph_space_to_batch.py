@@ -56,6 +56,7 @@ from ops.space_batch.kernel import (
     space_to_batch_nd_kernel,
 )
 from ops.space_batch.plan import (
+    HaloOrder,
     _each_chunk_read_once,
     _owned_windows,
     _whole_blocks,
@@ -110,8 +111,7 @@ def _choose_space_to_batch(x: da.Array, block_shape, paddings):
     # over the others, which Zarr then does not store as a chunk of its own, almost empty.
     out_chunks, reads = space_to_batch_nd_chunks(x.chunks, block_shape, paddings, absorb_tail=True)
     out_chunks, reads = _merged(x, block_shape, paddings, out_chunks, reads, region_reads=False, absorb_tail=True)
-    small = taken_whole(_window_bytes(x, block_shape, out_chunks))
-    if small and halos_chain(reads, x.numblocks[0], x.numblocks[1 + m :]):
+    if _small_windows(x, block_shape, out_chunks) and halos_chain(reads, x.numblocks[0], x.numblocks[1 + m :]):
         return _build_space_to_batch_chained_halos, out_chunks, reads, stored
     return _build_space_to_batch_owned_halos, out_chunks, reads, stored
 
@@ -228,7 +228,14 @@ def _space_to_batch_windows(strategy: str, x: da.Array, block_shape, paddings, o
     token = tokenize(x, block_shape, paddings, strategy, out_chunks, pad)  # the plan depends on array.chunk-size too
     name = f"space_to_batch_nd-{token}"
     args = (strategy, _Input.of(x), list(block_shape), out_chunks, reads, token, stored, paddings, pad)
-    return _lazy_array(name, out_chunks, x, stored, _windows_tasks, *args)
+    annotations = None
+    if strategy == "owned_halos" and not _small_windows(x, block_shape, out_chunks):
+        # Large windows wait, held, for their halos: read them in an order that keeps the
+        # wait short (``HaloOrder``). Small ones are cheap to hold, and many: no annotation.
+        m = len(block_shape)
+        order = HaloOrder(f"space_to_batch_nd-window-{token}", reads, x.numblocks[0], x.numblocks[1 + m :])
+        annotations = {"priority": order}
+    return _lazy_array(name, out_chunks, x, stored, _windows_tasks, *args, annotations=annotations)
 
 
 def _window_bytes(x: _Input, block_shape, out_chunks) -> int:
@@ -238,6 +245,12 @@ def _window_bytes(x: _Input, block_shape, out_chunks) -> int:
     cells *= math.prod(max(axis, default=0) for axis in out_chunks[1 : 1 + m])
     cells *= math.prod(max(axis, default=0) for axis in x.chunks[1 + m :])
     return cells * x.dtype.itemsize
+
+
+def _small_windows(x: _Input, block_shape, out_chunks) -> bool:
+    """Whether the plan's windows are small enough for a task to take one's result whole
+    (``graph.taken_whole``): then the scheduler's cost per task, not the bytes, bounds a run."""
+    return taken_whole(_window_bytes(x, block_shape, out_chunks))
 
 
 def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, token, stored):
@@ -280,7 +293,7 @@ def _window_maker(strategy: str, x: _Input, block_shape, out_chunks, reads, toke
     windows = _owned_windows(reads, x.numblocks[0], x.numblocks[1 + m :]) if strategy in halo_plans else None
     # Small windows: the neighbour cuts its halo out of the owner's whole result itself, so
     # there is no edge task per halo; tiny blocks are bound by task counts.
-    inline_halos = strategy == "owned_halos" and taken_whole(_window_bytes(x, block_shape, out_chunks))
+    inline_halos = strategy == "owned_halos" and _small_windows(x, block_shape, out_chunks)
 
     def owned_halos(layer, key, axis_reads, shape, fill):
         n, rest = key[0], key[1 + m :]

@@ -121,3 +121,82 @@ def test_a_submitted_store_graph_releases_each_written_block(client, tmp_path):
         assert_same(target[...], image)
     assert peaks["dask"] >= blocks  # the measure sees every held result
     assert peaks["fusing"] <= blocks // 4, peaks  # a few groups of 8 at a time
+
+
+class _WindowsStarted(SchedulerPlugin):
+    """The windows of a SpaceToBatchND halo plan (their ``-window-`` tasks) in the order the
+    scheduler sent them to a worker, and the priority each was given."""
+
+    name = "windows-started"
+
+    def __init__(self):
+        self.started = []
+        self.priorities = {}
+
+    async def start(self, scheduler):
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if isinstance(key, tuple) and "-window-" in key[0] and finish == "processing":
+            self.started.append(key)
+            self.priorities[key] = self.scheduler.tasks[key].priority
+
+
+@pytest.mark.parametrize("door", ["job", "library"])
+def test_large_halo_windows_are_read_after_the_windows_giving_their_halos(client, tmp_path, door):
+    # A window whose block waits for its neighbours' halo rows holds it in memory meanwhile;
+    # in Dask's own order of such a graph, windows far apart are read one after the other,
+    # and many blocks wait at once (spilled, or sent to another worker, on a cluster near
+    # its memory limit). The windows' priorities have a window's halo sources read before
+    # it. They must reach the scheduler through the optimization of a job (the service's
+    # and the command line's) and of ``ops.fusing_stores``, which fuse the layers carrying them.
+    import dask
+    import zarr
+
+    from ops import _fused_stores
+    from ops.space_batch import graph
+    from tests.ops import reference
+
+    rng = np.random.default_rng(2)
+    image = rng.standard_normal((4, 32, 16, 8)).astype(np.float32)
+    source = zarr.create_array(str(tmp_path / "x.zarr"), shape=image.shape, chunks=(1, 4, 8, 8), dtype=image.dtype)
+    source[:] = image
+    plugin = _WindowsStarted()
+    client.register_plugin(plugin)
+    try:
+        # Windows of 1-2 KiB taken as large ones (their results not taken whole), one input
+        # chunk each (array.chunk-size), as 32 MiB windows of 32 MiB chunks are.
+        with mock.patch.object(graph, "SMALL_RESULT_BYTES", 256), dask.config.set({"array.chunk-size": "4KiB"}):
+            y = ops.space_to_batch_nd(da.from_zarr(source), [2, 2], [[1, 1], [1, 1]])
+            target = zarr.create_array(str(tmp_path / "y.zarr"), shape=y.shape, chunks=tuple(c[0] for c in y.chunks),
+                                       dtype=y.dtype)
+            stored = da.store(y, target, lock=False, compute=False)
+            tasks = {key: task.dependencies for key, task in dict(stored.__dask_graph__()).items()
+                     if hasattr(task, "dependencies")}  # key -> the keys it takes
+            if door == "job":
+                client.compute(_fused_stores.fusing(stored), sync=True)
+            else:
+                with ops.fusing_stores():
+                    client.compute(stored, sync=True)
+        started, priorities = client.run_on_scheduler(
+            lambda dask_scheduler: (dask_scheduler.plugins[_WindowsStarted.name].started,
+                                    dask_scheduler.plugins[_WindowsStarted.name].priorities))
+    finally:
+        client.unregister_scheduler_plugin(_WindowsStarted.name)
+    assert_same(target[...], reference.space_to_batch_nd(image, [2, 2], [[1, 1], [1, 1]]))
+    windows = {key for key in tasks if "-window-" in key[0]}
+    assert len(windows) == 4 * 9 * 3 and set(started) == windows  # batch x rows x columns of windows
+    # The scheduler sends them to the workers in the order of their priorities ...
+    assert [tuple(k) for k in started] == sorted(map(tuple, started), key=lambda k: priorities[k])
+    # ... in which each window's halo sources (the windows of the edge tasks its block takes)
+    # come before it.
+    edges = {key: next(iter(tasks[key])) for key in tasks if "-edge-" in key[0]}
+    checked = 0
+    for key, taken in tasks.items():
+        own = [d for d in taken if d in windows]
+        if "-all-" not in key[0] or len(own) != 1:
+            continue
+        for source in {edges[d] for d in taken if d in edges}:
+            assert priorities[source] < priorities[own[0]], (source, own[0])
+            checked += 1
+    assert checked >= 4 * 8 * 2  # the halos of every window but the last row and column's

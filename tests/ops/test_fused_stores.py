@@ -413,3 +413,40 @@ def test_a_writer_that_keeps_only_small_extras_is_waited_on_itself():
     results = dask.get(tasks, [(collection.name,), summed])
     assert results[1] == 4  # block 2: [[2, 2]]
     assert_same(target.data, np.repeat(np.arange(2, dtype=np.int16), 2).reshape(2, 2))
+
+
+def _annotated_store_graph():
+    """A store graph with a layer annotated (``retries``), and that layer's keys."""
+    data, x = _zarr_input()
+    with dask.annotate(retries=3):
+        y = x + 1
+    z = ops.batch_to_space_nd(y, *B2S)
+    stored = da.store(z, _target(z), lock=False, compute=False)
+    return stored, {key for key in dict(stored.__dask_graph__()) if key[0] == y.name}
+
+
+@pytest.mark.parametrize("door", ["job", "fusing_stores"])
+def test_layer_annotations_survive_the_optimization(door):
+    # Dask's array optimization fuses the layers into one graph and drops their annotations;
+    # the optimizations of a job and of ``fusing_stores`` keep them on the keys still there.
+    stored, annotated = _annotated_store_graph()
+    keys = stored.__dask_keys__()
+    if door == "job":
+        optimized = _fused_stores.fusing(stored).__dask_optimize__(stored.__dask_graph__(), keys)
+    else:
+        with ops.fusing_stores():
+            optimized = da.Array.__dask_optimize__(stored.__dask_graph__(), keys)
+    assert isinstance(optimized, HighLevelGraph)
+    (layer,) = optimized.layers.values()
+    retries = layer.annotations["retries"]
+    carried = {key for key in layer if retries(key) is not None}
+    # The annotated additions are fused with their reads, under the additions' keys.
+    assert carried and carried <= annotated and all(retries(key) == 3 for key in carried)
+
+
+def test_a_graph_without_annotations_is_optimized_as_it_was():
+    data, x = _zarr_input()
+    y = ops.batch_to_space_nd(x, *B2S)
+    stored = da.store(y, _target(y), lock=False, compute=False)
+    optimized = _fused_stores.fusing(stored).__dask_optimize__(stored.__dask_graph__(), stored.__dask_keys__())
+    assert isinstance(optimized, dict)
