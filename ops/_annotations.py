@@ -9,6 +9,7 @@ that are still in the optimized graph, as one layer of its own.
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
@@ -48,5 +49,7 @@ def carried(annotations: dict[str, dict], optimized):
         return optimized
     kept = {kind: ByKey({key: v for key, v in values.items() if key in optimized})
             for kind, values in annotations.items()}
-    name = "optimized-annotated"
+    # A name of its own: the graphs of collections computed together, optimized one by one,
+    # are merged by layer name.
+    name = f"optimized-annotated-{uuid.uuid4().hex}"
     return HighLevelGraph({name: MaterializedLayer(optimized, annotations=kept)}, {name: set()})

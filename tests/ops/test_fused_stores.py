@@ -415,11 +415,11 @@ def test_a_writer_that_keeps_only_small_extras_is_waited_on_itself():
     assert_same(target.data, np.repeat(np.arange(2, dtype=np.int16), 2).reshape(2, 2))
 
 
-def _annotated_store_graph():
-    """A store graph with a layer annotated (``retries``), and that layer's keys."""
+def _annotated_store_graph(add=1):
+    """A store graph with a layer annotated (``retries``: x + ``add``), and that layer's keys."""
     data, x = _zarr_input()
     with dask.annotate(retries=3):
-        y = x + 1
+        y = x + add
     z = ops.batch_to_space_nd(y, *B2S)
     stored = da.store(z, _target(z), lock=False, compute=False)
     return stored, {key for key in dict(stored.__dask_graph__()) if key[0] == y.name}
@@ -450,3 +450,20 @@ def test_a_graph_without_annotations_is_optimized_as_it_was():
     stored = da.store(y, _target(y), lock=False, compute=False)
     optimized = _fused_stores.fusing(stored).__dask_optimize__(stored.__dask_graph__(), stored.__dask_keys__())
     assert isinstance(optimized, dict)
+
+
+def test_annotated_graphs_optimized_one_by_one_merge_whole():
+    # Collections computed together are optimized one by one and their graphs merged by
+    # layer name: each keeps its tasks and its annotations.
+    from ops import _annotations
+
+    graphs, expected = [], {}
+    for k in range(2):
+        stored, annotated = _annotated_store_graph(add=1 + k)
+        graphs.append(_fused_stores.fusing(stored).__dask_optimize__(stored.__dask_graph__(), stored.__dask_keys__()))
+        expected.update({key: 3 for key in annotated})
+    merged = HighLevelGraph.merge(*graphs)
+    assert set(dict(merged)) == set(dict(graphs[0])) | set(dict(graphs[1]))
+    found = _annotations.given(merged)["retries"]
+    assert found and set(found) <= set(expected) and all(found[key] == 3 for key in found)
+    assert len({key[0] for key in found}) == 2  # the annotated layer of each graph
