@@ -137,8 +137,8 @@ class _WindowsStarted(SchedulerPlugin):
         self.scheduler = scheduler
 
     def transition(self, key, start, finish, *args, **kwargs):
-        if isinstance(key, tuple) and "-window-" in key[0] and finish == "processing":
-            self.started.append(key)
+        if isinstance(key, tuple) and "-window-" in key[0] and finish == "processing" and key not in self.priorities:
+            self.started.append(key)  # (first sent only: a stolen task is sent again)
             self.priorities[key] = self.scheduler.tasks[key].priority
 
 
