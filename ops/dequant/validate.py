@@ -32,8 +32,9 @@ def _dst_name(dst_dtype) -> str:
     except TypeError:
         dtype = None
     # A dtype's name is one of these only in native byte order (a big-endian one reads ">f2").
-    if dtype is not None and dtypes.name(dtype) in _DST_NAMES:
-        return dtypes.name(dtype)
+    found = None if dtype is None else dtypes.name(dtype)
+    if found in _DST_NAMES:
+        return found
     raise InvalidArgument(f"dst_dtype must be one of float16, bfloat16 or float32, got {dst_dtype!r}")
 
 
