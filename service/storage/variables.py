@@ -26,6 +26,7 @@ from xarray.backends.zarr import encode_zarr_variable
 import ops
 from ops._fused_stores import fusing
 from ops.accessor.conventions import cf_encoding
+from service.storage.chunk_writes import SampledFillCheck
 from service.storage.raw_dtypes import from_stored, to_stored
 
 # xarray's attrs of a variable read without decoding that are its encoding, not the user's
@@ -115,7 +116,7 @@ def store_graph(ds: xr.Dataset, encoding: dict, variable: str, target):
     plain.encoding = dict(encoding.get(variable, data.encoding))
     encoded = encode_zarr_variable(plain, name=variable, zarr_format=3)
     array = zarr.open_group(target, mode="r+", zarr_format=3)[variable]
-    stored = da.store(encoded.data, array, lock=False, compute=False)
+    stored = da.store(encoded.data, SampledFillCheck(array), lock=False, compute=False)
     zarr.consolidate_metadata(target, zarr_format=3)  # what to_zarr(consolidated=True) writes
     return fusing(stored)
 
