@@ -66,6 +66,7 @@ def test_the_store_holds_what_zarr_alone_writes(data, dtype, step):
     np.testing.assert_array_equal(sampled[...], values)
 
 
+@pytest.mark.smoke
 def test_negative_zero_is_stored_in_a_zero_filled_array_and_nan_payloads_are_fill():
     values = np.zeros((6, 10), np.float32)
     values[4, 7] = -0.0  # a different bit pattern from the fill: Zarr stores the chunk
@@ -91,6 +92,7 @@ def full_checks(monkeypatch):
     return sizes
 
 
+@pytest.mark.smoke
 def test_a_block_with_a_sampled_value_skips_the_whole_chunk_comparison(full_checks):
     array = _array("float32", 0.0, shape=(64, 64), chunks=(32, 32))
     target = SampledFillCheck(array)
