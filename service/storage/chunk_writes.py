@@ -38,8 +38,11 @@ class SampledFillCheck:
     def __init__(self, array: zarr.Array):
         self.array = array
         self._writes_all = None
+        # Only a regular grid of unsharded chunks: Zarr's rule is per chunk, and a shard's
+        # inner chunks are checked one by one inside it.
         if (array.metadata.zarr_format == 3 and array.shards is None and not array.config.write_empty_chunks
-                and array.dtype.kind not in "OUSTV"):
+                and array.dtype.kind not in "OUSTV" and _regular_chunks(array) is not None):
+            self._chunks = _regular_chunks(array)
             self._writes_all = array.with_config({"write_empty_chunks": True})
 
     @property
@@ -63,7 +66,7 @@ class SampledFillCheck:
         """Whether ``index`` (as ``da.store`` gives it: a slice per axis) lies in one chunk."""
         if not isinstance(index, tuple) or len(index) != self.array.ndim:
             return False
-        for part, size, chunk in zip(index, self.array.shape, self.array.chunks):
+        for part, size, chunk in zip(index, self.array.shape, self._chunks):
             if not isinstance(part, slice) or part.step not in (None, 1):
                 return False
             start, stop, _ = part.indices(size)
@@ -82,3 +85,12 @@ class SampledFillCheck:
         sample = np.asarray(value[np.unravel_index(flat, value.shape)], dtype=self.array.dtype)
         buffer = default_buffer_prototype().nd_buffer.from_numpy_array(sample)
         return not buffer.all_equal(self.array.metadata.fill_value)
+
+
+def _regular_chunks(array: zarr.Array) -> tuple[int, ...] | None:
+    """The chunk shape of ``array``'s grid, or None when its grid has no single one."""
+    try:
+        chunks = tuple(array.chunks)
+    except (NotImplementedError, ValueError, TypeError):  # a grid of chunks of several shapes
+        return None
+    return chunks if len(chunks) == array.ndim and all(c > 0 for c in chunks) else None
