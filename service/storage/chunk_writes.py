@@ -40,7 +40,8 @@ class SampledFillCheck:
         self._writes_all = None
         # Only a regular grid of unsharded chunks: Zarr's rule is per chunk, and a shard's
         # inner chunks are checked one by one inside it.
-        if (array.metadata.zarr_format == 3 and array.shards is None and not array.config.write_empty_chunks
+        if (array.ndim and array.metadata.zarr_format == 3 and array.shards is None
+                and not array.config.write_empty_chunks
                 and array.dtype.kind not in "OUSTV" and _regular_chunks(array) is not None):
             self._chunks = _regular_chunks(array)
             self._writes_all = array.with_config({"write_empty_chunks": True})

@@ -111,7 +111,7 @@ def test_a_block_of_fill_but_one_unsampled_element_is_checked_whole_and_stored(f
     assert list(_contents(array)) == ["c/0/1"]
 
 
-def test_blocks_over_several_chunks_and_sharded_arrays_keep_zarrs_check(full_checks):
+def test_blocks_over_several_chunks_sharded_and_scalar_arrays_keep_zarrs_check(full_checks):
     array = _array("float32", 0.0, shape=(64, 64), chunks=(32, 32))
     block = np.zeros((32, 64), np.float32)
     block[0, 0] = 1.0  # a sampled element, in the first of two chunks: the second is all fill
@@ -121,6 +121,10 @@ def test_blocks_over_several_chunks_and_sharded_arrays_keep_zarrs_check(full_che
     assert SampledFillCheck(sharded)._writes_all is None
     SampledFillCheck(sharded)[0:32, 0:32] = np.ones((32, 32), np.float32)
     np.testing.assert_array_equal(sharded[0:32, 0:32], 1.0)
+    scalar = _array("float32", 0.0, shape=(), chunks=())
+    assert SampledFillCheck(scalar)._writes_all is None
+    SampledFillCheck(scalar)[()] = np.float32(2.5)
+    assert scalar[()] == 2.5
 
 
 def test_it_travels_to_workers_and_tokenizes_as_its_array(tmp_path):
