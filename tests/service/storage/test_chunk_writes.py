@@ -105,7 +105,7 @@ def test_a_block_with_a_sampled_value_skips_the_whole_chunk_comparison(full_chec
 def test_a_block_of_fill_but_one_unsampled_element_is_checked_whole_and_stored(full_checks):
     array = _array("float32", 0.0, shape=(64, 64), chunks=(32, 32))
     block = np.zeros((32, 32), np.float32)
-    block[5, 7] = 1.0  # not among the 64 elements spread over 1,024 (every 16th, counting 0)
+    block[5, 7] = 1.0  # flat index 167: the 64 sampled of 1,024 (i * 1023 // 63) take 162 and 178
     SampledFillCheck(array)[0:32, 32:64] = block
     assert max(full_checks) == 32 * 32
     assert list(_contents(array)) == ["c/0/1"]
