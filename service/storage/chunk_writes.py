@@ -37,22 +37,13 @@ class SampledFillCheck:
 
     def __init__(self, array: zarr.Array):
         self.array = array
-        self._writes_all = None
         # Only a regular grid of unsharded chunks: Zarr's rule is per chunk, and a shard's
         # inner chunks are checked one by one inside it.
-        if (array.ndim and array.metadata.zarr_format == 3 and array.shards is None
-                and not array.config.write_empty_chunks
-                and array.dtype.kind not in "OUSTV" and _regular_chunks(array) is not None):
-            self._chunks = _regular_chunks(array)
+        self._chunks = _regular_chunks(array) if array.ndim else None
+        self._writes_all = None
+        if (self._chunks is not None and array.metadata.zarr_format == 3 and array.shards is None
+                and not array.config.write_empty_chunks and array.dtype.kind not in "OUSTV"):
             self._writes_all = array.with_config({"write_empty_chunks": True})
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
 
     def __dask_tokenize__(self):
         return ("SampledFillCheck", tokenize(self.array))

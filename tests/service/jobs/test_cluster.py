@@ -93,8 +93,10 @@ def gather_params(api):
 
 def test_dismiss_a_running_job(api, gather_params, dask_cluster, data_root):
     _, client = dask_cluster
-    indices = np.random.default_rng(4).integers(0, 4096, size=(400_000, 1), dtype=np.int64)
-    upload(api, "dismiss-indices", indices, chunks="10000,1")  # 40 output blocks of 5 MiB
+    # 160 output blocks of 5 MiB: still running well after the half second the test waits (with
+    # 40, the job sometimes finished first, and a finished job's result is kept).
+    indices = np.random.default_rng(4).integers(0, 4096, size=(1_600_000, 1), dtype=np.int64)
+    upload(api, "dismiss-indices", indices, chunks="10000,1")
     job_id = submit(api, "gather_nd", {"params": {"href": "/arrays/gather-params"},
                                        "indices": {"href": "/arrays/dismiss-indices"}},
                     result_name="dismissed-y")
